@@ -1,0 +1,184 @@
+//! Strait's configuration: typed YAML, plain data plus validation.
+//!
+//! A configuration file is read once at start-up by [`Config::load`], which
+//! parses it ([`Config::parse`]) and checks it ([`Config::validate`]). The
+//! crate does no I/O beyond reading that file and knows nothing of sockets,
+//! tokio or the spool: other crates take the plain values it produces.
+//!
+//! Modules:
+//!
+//! - [`units`]: [`ByteSize`] (`64KiB`, `1GiB`, `10MB`) and [`HumanDuration`]
+//!   (`500ms`, `1h30m`, `7d`), the human-friendly quantities used in values.
+//! - [`spool`]: the `spool:` section: storage defaults for local topics,
+//!   per-topic overrides, and [`SpoolConfig::for_topic`], which resolves
+//!   them into a [`TopicSpoolConfig`] of plain values.
+//! - [`error`]: [`ConfigError`]; every error names the file and the key path
+//!   (`spool.topics.payments.retention_age`), parse errors also the line
+//!   and column.
+//!
+//! Conventions every section follows, so adding one (`server:`,
+//! `upstreams:`, `mirror:`) is a matter of a module with a struct and a
+//! `validate` function called from [`Config::validate`]:
+//!
+//! - `#[serde(default, deny_unknown_fields)]`: every key is optional, and a
+//!   misspelt key is an error rather than a silently ignored setting.
+//! - Defaults live in the section's `Default` impl, and each field's `///`
+//!   comment states its default and bounds.
+//! - Units are in the values (`segment_age: 7d`), not in key names.
+//! - `validate` reports a problem as an [`Invalid`] carrying the dotted key
+//!   path of the offending value.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize, Serializer};
+
+pub mod error;
+pub mod spool;
+pub mod units;
+
+pub use error::{ConfigError, Invalid};
+pub use spool::{Durability, SpoolConfig, TopicOverrides, TopicSpoolConfig};
+pub use units::{ByteSize, HumanDuration, UnitError};
+
+#[cfg(test)]
+mod tests;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Directory holding the local spool topics. A relative path is taken
+    /// from the working directory of the `strait` process. Default `./data`.
+    #[serde(serialize_with = "serialize_path")]
+    pub data_dir: PathBuf,
+    /// Storage settings for local topics. See [`SpoolConfig`].
+    pub spool: SpoolConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::from("./data"),
+            spool: SpoolConfig::default(),
+        }
+    }
+}
+
+/// Writes a path as a string, replacing any bytes that are not UTF-8, so
+/// serializing a [`Config`] cannot fail. (Paths read from YAML are always
+/// UTF-8.)
+fn serialize_path<S: Serializer>(path: &Path, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&path.to_string_lossy())
+}
+
+impl Config {
+    /// Reads, parses and validates the configuration file at `path`.
+    /// Errors name the file as given.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Io {
+            file: file.clone(),
+            error,
+        })?;
+        Config::parse(&text, &file)
+    }
+
+    /// Parses and validates configuration text. `origin` names the source
+    /// in error messages, normally the file name.
+    ///
+    /// An empty document (or one holding only comments) is the default
+    /// configuration. The result holds the values as written; see
+    /// [`Config::effective`] for the values with defaults written out.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let deserializer = serde_yaml::Deserializer::from_str(text);
+        let config: Config =
+            serde_path_to_error::deserialize(deserializer).map_err(|error| parse_error(origin, error))?;
+        config.validate().map_err(|invalid| ConfigError::Invalid {
+            file: origin.to_owned(),
+            invalid,
+        })?;
+        Ok(config)
+    }
+
+    /// Checks values that parse but make no sense: sizes and intervals out
+    /// of range, a batch limit larger than a segment, flush settings that
+    /// would have no effect, invalid topic names. Reports the first problem
+    /// found.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(Invalid::new("data_dir", "must not be empty"));
+        }
+        self.spool.validate("spool")
+    }
+
+    /// This configuration with every default written out, as Strait will
+    /// use it. Per-topic overrides stay as written (absent keys inherit);
+    /// [`SpoolConfig::for_topic`] resolves them.
+    pub fn effective(&self) -> Config {
+        Config {
+            data_dir: self.data_dir.clone(),
+            spool: self.spool.effective(),
+        }
+    }
+
+    /// The [effective](Config::effective) configuration as YAML, with sizes
+    /// and durations in their human form (`1GiB`, `7d`). Parsing the output
+    /// gives back `self.effective()`.
+    pub fn to_yaml(&self) -> String {
+        // Every value in a Config is a string, number, boolean, null,
+        // sequence, map or unit enum variant, which serde_yaml always
+        // serializes; paths are written lossily (see `serialize_path`).
+        serde_yaml::to_string(&self.effective()).expect("a Config always serializes to YAML")
+    }
+}
+
+/// Turns a serde error into a [`ConfigError::Parse`] with the key path,
+/// the location, and the bare message (serde_yaml's own message repeats its
+/// path and location, which the error formats itself).
+fn parse_error(origin: &str, error: serde_path_to_error::Error<serde_yaml::Error>) -> ConfigError {
+    let mut path = error.path().to_string();
+    let inner = error.into_inner();
+    let location = inner.location();
+    let mut message = inner.to_string();
+    if let Some(loc) = &location {
+        let suffix = format!(" at line {} column {}", loc.line(), loc.column());
+        if let Some(at) = message.find(&suffix) {
+            message.replace_range(at..at + suffix.len(), "");
+        }
+    }
+    // serde_yaml prefixes its own path, which is the enclosing map of the
+    // key path we have (or the same path).
+    if let Some((prefix, rest)) = message.split_once(": ") {
+        if path == prefix || path.starts_with(&format!("{prefix}.")) {
+            message = rest.to_owned();
+        }
+    }
+    // For a duplicate key serde reports the path of the enclosing map; name
+    // the key itself, so the path reads `spool.segment_bytes`.
+    if let Some(key) =
+        quoted_after(&message, "duplicate field `").or_else(|| quoted_after(&message, "duplicate topic `"))
+    {
+        path = if path == "." {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        };
+    }
+    ConfigError::Parse {
+        file: origin.to_owned(),
+        path,
+        line: location.as_ref().map(serde_yaml::Location::line),
+        column: location.as_ref().map(serde_yaml::Location::column),
+        message,
+    }
+}
+
+/// The name in `message` between `start` (which ends in a backquote) and
+/// the next backquote.
+fn quoted_after<'a>(message: &'a str, start: &str) -> Option<&'a str> {
+    let rest = message.strip_prefix(start)?;
+    rest.split_once('`').map(|(key, _)| key)
+}

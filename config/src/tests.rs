@@ -1,0 +1,297 @@
+use super::*;
+
+use std::time::Duration;
+
+const FILE: &str = "strait.yaml";
+
+fn parse(text: &str) -> Config {
+    match Config::parse(text, FILE) {
+        Ok(config) => config,
+        Err(e) => panic!("{text:?} did not parse: {e}"),
+    }
+}
+
+/// Parses `text`, expects an error, and checks that its message names the
+/// file, the key path and the reason, and that the error knows the path.
+#[track_caller]
+fn check_error(text: &str, path: &str, reason: &str) -> ConfigError {
+    let error = match Config::parse(text, FILE) {
+        Ok(config) => panic!("{text:?} parsed: {config:?}"),
+        Err(error) => error,
+    };
+    let message = error.to_string();
+    assert!(message.starts_with(FILE), "no file name in {message:?}");
+    assert!(
+        message.contains(&format!(" {path}: ")),
+        "no key path {path:?} in {message:?}"
+    );
+    assert!(message.contains(reason), "no {reason:?} in {message:?}");
+    assert_eq!(error.path(), Some(path));
+    error
+}
+
+#[test]
+fn empty_documents_are_the_default() {
+    for text in [
+        "",
+        "\n",
+        "# nothing set\n",
+        "---\n",
+        "{}",
+        "spool:\n",
+        "spool: {}\n",
+        "spool:\n  topics:\n",
+    ] {
+        assert_eq!(parse(text), Config::default(), "{text:?}");
+    }
+}
+
+#[test]
+fn misspelt_key() {
+    let error = check_error(
+        "data_dir: /var/lib/strait\nspool:\n  segmnt_bytes: 1GiB\n",
+        "spool.segmnt_bytes",
+        "unknown field `segmnt_bytes`, expected one of `segment_bytes`, `segment_age`",
+    );
+    assert_eq!(
+        error.to_string(),
+        "strait.yaml:3:3: spool.segmnt_bytes: unknown field `segmnt_bytes`, expected one of \
+         `segment_bytes`, `segment_age`, `index_interval_bytes`, `index_bytes`, \
+         `max_batch_bytes`, `retention_bytes`, `retention_age`, `durability`, \
+         `flush_interval`, `flush_bytes`, `topics`"
+    );
+    check_error(
+        "spol: {}\n",
+        "spol",
+        "unknown field `spol`, expected `data_dir` or `spool`",
+    );
+    check_error(
+        "spool:\n  topics:\n    payments:\n      retention: 30d\n",
+        "spool.topics.payments.retention",
+        "unknown field `retention`",
+    );
+    // `topics` is not allowed inside a topic.
+    check_error(
+        "spool:\n  topics:\n    payments:\n      topics: {}\n",
+        "spool.topics.payments.topics",
+        "unknown field `topics`",
+    );
+}
+
+#[test]
+fn bad_values() {
+    let error = check_error(
+        "spool:\n  segment_bytes: 12 parsecs\n",
+        "spool.segment_bytes",
+        "invalid size `12 parsecs`: unknown unit `parsecs`",
+    );
+    assert!(error.to_string().starts_with("strait.yaml:2:18: "), "{error}");
+    check_error(
+        "spool:\n  topics:\n    payments:\n      max_batch_bytes: 1.5MiB\n",
+        "spool.topics.payments.max_batch_bytes",
+        "fractions are not supported",
+    );
+    check_error(
+        "spool:\n  segment_age: 7\n",
+        "spool.segment_age",
+        "a bare number is ambiguous; add a unit, e.g. `7s`",
+    );
+    check_error(
+        "spool:\n  topics:\n    t:\n      flush_interval: 100\n",
+        "spool.topics.t.flush_interval",
+        "add a unit, e.g. `100s`, `100ms`",
+    );
+    check_error(
+        "spool:\n  durability: fsync\n",
+        "spool.durability",
+        "unknown variant `fsync`, expected one of `every_batch`, `interval`, `os`",
+    );
+    check_error(
+        "spool:\n  segment_bytes: null\n",
+        "spool.segment_bytes",
+        "invalid type: unit value",
+    );
+    check_error(
+        "spool:\n  segment_age: 1d\n  segment_age: 2d\n",
+        "spool.segment_age",
+        "duplicate field `segment_age`",
+    );
+}
+
+#[test]
+fn bad_yaml() {
+    let error = Config::parse("spool:\n\tsegment_bytes: 1GiB\n", FILE).unwrap_err();
+    let message = error.to_string();
+    assert!(message.starts_with("strait.yaml:2:1: "), "{message}");
+    assert!(message.contains("cannot start any token"), "{message}");
+
+    let error = Config::parse("{}\n---\n{}\n", FILE).unwrap_err();
+    assert!(error.to_string().contains("more than one document"), "{error}");
+}
+
+#[test]
+fn validation_errors_name_file_and_key() {
+    let error = check_error(
+        "spool:\n  topics:\n    payments:\n      retention_age: 0s\n",
+        "spool.topics.payments.retention_age",
+        "must be greater than zero; use null to keep data forever",
+    );
+    assert!(matches!(error, ConfigError::Invalid { .. }));
+    assert_eq!(
+        error.to_string(),
+        "strait.yaml: spool.topics.payments.retention_age: must be greater than zero; \
+         use null to keep data forever"
+    );
+    check_error(
+        "spool:\n  segment_bytes: 1MiB\n  max_batch_bytes: 4MiB\n",
+        "spool.max_batch_bytes",
+        "max_batch_bytes (4MiB) is larger than segment_bytes (1MiB)",
+    );
+    check_error(
+        "spool:\n  durability: every_batch\n  flush_interval: 1s\n",
+        "spool.flush_interval",
+        "has no effect with `durability: every_batch`",
+    );
+    check_error(
+        "spool:\n  topics:\n    '..':\n      segment_age: 1h\n",
+        "spool.topics...",
+        "invalid topic name `..`",
+    );
+    check_error("data_dir: ''\n", "data_dir", "must not be empty");
+}
+
+#[test]
+fn duplicate_topics_are_rejected() {
+    let error = check_error(
+        "spool:\n  topics:\n    a:\n      segment_age: 1h\n    b: {}\n    a:\n      segment_age: 2h\n",
+        "spool.topics.a",
+        "duplicate topic `a`",
+    );
+    assert!(error.to_string().starts_with("strait.yaml:3:5: "), "{error}");
+}
+
+#[test]
+fn load_reads_the_file_and_names_it() {
+    let dir = std::env::temp_dir().join(format!("strait-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let good = dir.join("good.yaml");
+    std::fs::write(&good, "spool:\n  durability: os\n").unwrap();
+    let config = Config::load(&good).unwrap();
+    assert_eq!(config.spool.durability, Durability::Os);
+
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, "spool:\n  segment_age: 7\n").unwrap();
+    let message = Config::load(&bad).unwrap_err().to_string();
+    assert!(
+        message.starts_with(&format!("{}:2:16: spool.segment_age: ", bad.display())),
+        "{message}"
+    );
+
+    let missing = dir.join("missing.yaml");
+    let error = Config::load(&missing).unwrap_err();
+    assert!(matches!(error, ConfigError::Io { .. }));
+    let message = error.to_string();
+    assert!(
+        message.starts_with(&format!("cannot read configuration file {}: ", missing.display())),
+        "{message}"
+    );
+    assert_eq!(error.path(), None);
+
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn to_yaml_writes_defaults_in_human_units() {
+    assert_eq!(
+        Config::default().to_yaml(),
+        "\
+data_dir: ./data
+spool:
+  segment_bytes: 1GiB
+  segment_age: 7d
+  index_interval_bytes: 4KiB
+  index_bytes: 10MiB
+  max_batch_bytes: 1MiB
+  retention_bytes: null
+  retention_age: 7d
+  durability: interval
+  flush_interval: 1s
+  flush_bytes: null
+  topics: {}
+"
+    );
+}
+
+#[test]
+fn round_trip() {
+    let texts = [
+        "",
+        "data_dir: /var/lib/strait\nspool:\n  durability: every_batch\n",
+        "spool:\n  durability: os\n  retention_age: null\n  retention_bytes: 100GB\n",
+        "
+spool:
+  segment_bytes: 1536MiB
+  segment_age: 1h30m
+  index_interval_bytes: 1000
+  index_bytes: 1 MiB
+  max_batch_bytes: 8MiB
+  retention_bytes: 1TiB
+  retention_age: 36h
+  flush_interval: 250ms
+  flush_bytes: 16MiB
+  topics:
+    payments:
+      durability: every_batch
+      retention_age: 30d
+    audit.log:
+      retention_age: null
+      retention_bytes: null
+      flush_bytes: null
+    '0042':
+      segment_bytes: 64KiB
+      max_batch_bytes: 64KiB
+      index_bytes: 4KiB
+      index_interval_bytes: 1B
+      segment_age: 90s
+      durability: interval
+      flush_interval: 1500ms
+",
+    ];
+    for text in texts {
+        let config = parse(text);
+        let yaml = config.to_yaml();
+        let again = parse(&yaml);
+        assert_eq!(again, config.effective(), "{text}\n=>\n{yaml}");
+        assert_eq!(again.to_yaml(), yaml, "to_yaml is a fixed point");
+        for topic in ["payments", "audit.log", "0042", "other"] {
+            assert_eq!(
+                again.spool.for_topic(topic),
+                config.spool.for_topic(topic),
+                "{topic}"
+            );
+        }
+    }
+}
+
+#[test]
+fn effective_fills_flush_interval_only_under_interval() {
+    let effective = Config::default().effective();
+    assert_eq!(effective.spool.flush_interval, Some(HumanDuration::secs(1)));
+    assert_eq!(effective.effective(), effective);
+
+    let durable = parse("spool:\n  durability: every_batch\n").effective();
+    assert_eq!(durable.spool.flush_interval, None);
+    assert!(durable.to_yaml().contains("  flush_interval: null\n"));
+}
+
+#[test]
+fn resolved_topic() {
+    let config =
+        parse("spool:\n  topics:\n    payments:\n      durability: every_batch\n      retention_age: 30d\n");
+    let payments = config.spool.for_topic("payments");
+    assert_eq!(payments.durability, Durability::EveryBatch);
+    assert_eq!(payments.retention_age, Some(Duration::from_secs(30 * 86_400)));
+    assert_eq!(payments.segment_bytes, 1 << 30);
+    assert_eq!(config.spool.for_topic("other"), TopicSpoolConfig::default());
+}

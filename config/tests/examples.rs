@@ -1,0 +1,71 @@
+//! Every file in `config/examples/` must parse and validate, so the examples
+//! in the repository can never drift from the schema.
+
+use std::path::Path;
+
+use strait_config::{Config, Durability};
+
+#[test]
+fn every_example_is_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut checked = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("examples directory is readable") {
+        let path = entry.expect("directory entry").path();
+        if path.extension().is_some_and(|ext| ext == "yaml" || ext == "yml") {
+            let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            // The effective form of every example parses back to itself.
+            let again = Config::parse(&config.to_yaml(), "effective")
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(again, config.effective(), "{}", path.display());
+            checked.push(path.file_name().unwrap_or_default().to_owned());
+        }
+    }
+    checked.sort();
+    assert_eq!(
+        checked,
+        ["durable.yaml", "minimal.yaml", "retention.yaml"],
+        "update this list when adding examples"
+    );
+}
+
+fn load(name: &str) -> Config {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name);
+    Config::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn minimal_is_the_default() {
+    assert_eq!(load("minimal.yaml"), Config::default());
+}
+
+#[test]
+fn durable_syncs_every_batch() {
+    let config = load("durable.yaml");
+    let topic = config.spool.for_topic("anything");
+    assert_eq!(topic.durability, Durability::EveryBatch);
+    assert_eq!(topic.retention_bytes, Some(50 << 30));
+}
+
+#[test]
+fn retention_overrides_per_topic() {
+    let spool = load("retention.yaml").spool;
+    let day = 86_400;
+
+    let payments = spool.for_topic("payments");
+    assert_eq!(payments.durability, Durability::EveryBatch);
+    assert_eq!(payments.retention_age.map(|d| d.as_secs()), Some(30 * day));
+    assert_eq!(payments.retention_bytes, Some(20 << 30), "inherited");
+
+    let audit = spool.for_topic("audit.log");
+    assert_eq!(audit.retention_age, None);
+    assert_eq!(audit.retention_bytes, None);
+    assert_eq!(audit.durability, Durability::Interval, "inherited");
+
+    let metrics = spool.for_topic("metrics-raw");
+    assert_eq!(metrics.durability, Durability::Os);
+    assert_eq!(metrics.segment_bytes, 64 << 20);
+
+    let other = spool.for_topic("orders");
+    assert_eq!(other.retention_age.map(|d| d.as_secs()), Some(3 * day));
+    assert_eq!(other.flush_bytes, Some(64 << 20));
+}

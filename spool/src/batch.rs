@@ -1,0 +1,466 @@
+//! Kafka record batches (magic v2): header parsing and validation.
+//!
+//! The spool stores batches exactly as a producer sent them. The only bytes it
+//! ever changes are the base offset and the partition leader epoch, which lie
+//! outside the CRC-32C, so a stored batch still carries the producer's
+//! checksum. Records are never decoded here.
+//!
+//! Layout of the 61-byte header (all integers big-endian):
+//!
+//! ```text
+//! 0  baseOffset            i64   rewritten on append
+//! 8  batchLength           i32   bytes after this field
+//! 12 partitionLeaderEpoch  i32   rewritten on append
+//! 16 magic                 i8    must be 2
+//! 17 crc                   u32   CRC-32C of bytes 21..end
+//! 21 attributes            i16   compression (bits 0-2), timestamp type (3),
+//!                                transactional (4), control (5)
+//! 23 lastOffsetDelta       i32
+//! 27 baseTimestamp         i64
+//! 35 maxTimestamp          i64
+//! 43 producerId            i64
+//! 51 producerEpoch         i16
+//! 53 baseSequence          i32
+//! 57 recordCount           i32
+//! ```
+
+use std::fmt;
+
+/// Size of the record batch header, in bytes.
+pub const HEADER_LEN: usize = 61;
+/// Bytes before `batchLength`'s count starts (baseOffset + batchLength).
+pub const LOG_OVERHEAD: usize = 12;
+/// Offset of the first byte the CRC covers.
+const CRC_START: usize = 21;
+
+/// Why a byte range is not a valid record batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    /// Fewer bytes than a batch header.
+    #[error("truncated header: {available} bytes, a batch header needs {HEADER_LEN}")]
+    TruncatedHeader {
+        /// Bytes that were there.
+        available: usize,
+    },
+    /// `batchLength` is too small to hold the header.
+    #[error("batch length {length} is below the minimum {}", HEADER_LEN - LOG_OVERHEAD)]
+    LengthTooSmall {
+        /// The declared `batchLength`.
+        length: i32,
+    },
+    /// `batchLength` runs past the end of the data.
+    #[error("batch declares {needed} bytes but only {available} are present")]
+    Truncated {
+        /// Total size the header declares.
+        needed: usize,
+        /// Bytes that were there.
+        available: usize,
+    },
+    /// Not a v2 batch.
+    #[error("unsupported magic {0} (only record batch v2 is stored)")]
+    Magic(i8),
+    /// The checksum does not match the contents.
+    #[error("CRC-32C mismatch: header says {stored:#010x}, contents give {computed:#010x}")]
+    Crc {
+        /// The checksum in the header.
+        stored: u32,
+        /// The checksum of the bytes.
+        computed: u32,
+    },
+    /// Record count or last offset delta are impossible.
+    #[error("record count {count} does not fit last offset delta {last_offset_delta}")]
+    RecordCount {
+        /// The `recordCount` field.
+        count: i32,
+        /// The `lastOffsetDelta` field.
+        last_offset_delta: i32,
+    },
+}
+
+/// Compression codec, from the low three attribute bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// No compression.
+    None,
+    /// gzip.
+    Gzip,
+    /// Snappy (xerial framing).
+    Snappy,
+    /// LZ4 frame.
+    Lz4,
+    /// Zstandard.
+    Zstd,
+    /// A codec id Kafka does not define.
+    Unknown(u8),
+}
+
+impl fmt::Display for Compression {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Compression::None => f.write_str("none"),
+            Compression::Gzip => f.write_str("gzip"),
+            Compression::Snappy => f.write_str("snappy"),
+            Compression::Lz4 => f.write_str("lz4"),
+            Compression::Zstd => f.write_str("zstd"),
+            Compression::Unknown(id) => write!(f, "unknown({id})"),
+        }
+    }
+}
+
+/// The fields of a batch header, parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    /// Offset of the first record.
+    pub base_offset: i64,
+    /// Bytes after the `batchLength` field.
+    pub batch_length: i32,
+    /// Leader epoch stamped by the broker.
+    pub partition_leader_epoch: i32,
+    /// Checksum stored in the header.
+    pub crc: u32,
+    /// Raw attribute bits.
+    pub attributes: i16,
+    /// Offset delta of the last record.
+    pub last_offset_delta: i32,
+    /// Timestamp of the first record.
+    pub base_timestamp: i64,
+    /// Largest timestamp in the batch.
+    pub max_timestamp: i64,
+    /// Idempotent / transactional producer id, or -1.
+    pub producer_id: i64,
+    /// Producer epoch, or -1.
+    pub producer_epoch: i16,
+    /// Sequence number of the first record, or -1.
+    pub base_sequence: i32,
+    /// Number of records.
+    pub record_count: i32,
+}
+
+impl BatchHeader {
+    /// Parses the header fields without checking the CRC or the length
+    /// against the data. Needs at least [`HEADER_LEN`] bytes.
+    pub fn parse(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+        if buf.len() < HEADER_LEN {
+            return Err(BatchError::TruncatedHeader { available: buf.len() });
+        }
+        let header = BatchHeader {
+            base_offset: i64_at(buf, 0),
+            batch_length: i32_at(buf, 8),
+            partition_leader_epoch: i32_at(buf, 12),
+            crc: u32::from_be_bytes(buf[17..21].try_into().expect("4 bytes")),
+            attributes: i16::from_be_bytes(buf[21..23].try_into().expect("2 bytes")),
+            last_offset_delta: i32_at(buf, 23),
+            base_timestamp: i64_at(buf, 27),
+            max_timestamp: i64_at(buf, 35),
+            producer_id: i64_at(buf, 43),
+            producer_epoch: i16::from_be_bytes(buf[51..53].try_into().expect("2 bytes")),
+            base_sequence: i32_at(buf, 53),
+            record_count: i32_at(buf, 57),
+        };
+        let magic = buf[16] as i8;
+        if magic != 2 {
+            return Err(BatchError::Magic(magic));
+        }
+        if (header.batch_length as i64) < (HEADER_LEN - LOG_OVERHEAD) as i64 {
+            return Err(BatchError::LengthTooSmall {
+                length: header.batch_length,
+            });
+        }
+        if header.record_count < 0
+            || header.last_offset_delta < 0
+            || header.last_offset_delta < header.record_count - 1
+        {
+            return Err(BatchError::RecordCount {
+                count: header.record_count,
+                last_offset_delta: header.last_offset_delta,
+            });
+        }
+        Ok(header)
+    }
+
+    /// Total size of the batch on disk, header included.
+    pub fn size(&self) -> usize {
+        LOG_OVERHEAD + self.batch_length as usize
+    }
+
+    /// Offset of the last record (base offset plus last offset delta).
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + self.last_offset_delta as i64
+    }
+
+    /// Number of offsets the batch occupies.
+    pub fn offset_count(&self) -> u64 {
+        self.last_offset_delta as u64 + 1
+    }
+
+    /// The compression codec.
+    pub fn compression(&self) -> Compression {
+        match self.attributes & 0x7 {
+            0 => Compression::None,
+            1 => Compression::Gzip,
+            2 => Compression::Snappy,
+            3 => Compression::Lz4,
+            4 => Compression::Zstd,
+            other => Compression::Unknown(other as u8),
+        }
+    }
+
+    /// Whether `maxTimestamp` is a log-append time rather than a create time.
+    pub fn log_append_time(&self) -> bool {
+        self.attributes & 0x8 != 0
+    }
+
+    /// Whether the batch belongs to a transaction.
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & 0x10 != 0
+    }
+
+    /// Whether the batch holds control records (transaction markers).
+    pub fn is_control(&self) -> bool {
+        self.attributes & 0x20 != 0
+    }
+}
+
+/// Parses and fully validates the batch at the start of `buf`: header, length
+/// against the available bytes, and CRC-32C. Returns the header; the batch
+/// occupies `buf[..header.size()]`.
+pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = BatchHeader::parse(buf)?;
+    let size = header.size();
+    if size > buf.len() {
+        return Err(BatchError::Truncated {
+            needed: size,
+            available: buf.len(),
+        });
+    }
+    let computed = crc32c::crc32c(&buf[CRC_START..size]);
+    if computed != header.crc {
+        return Err(BatchError::Crc {
+            stored: header.crc,
+            computed,
+        });
+    }
+    Ok(header)
+}
+
+/// Overwrites the base offset and partition leader epoch of the batch at the
+/// start of `buf`. Neither field is covered by the CRC.
+pub fn stamp(buf: &mut [u8], base_offset: i64, leader_epoch: i32) {
+    buf[0..8].copy_from_slice(&base_offset.to_be_bytes());
+    buf[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
+}
+
+/// Iterates over the batches of a buffer, validating each (CRC included).
+/// Stops after the first error.
+#[derive(Debug, Clone)]
+pub struct Batches<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    failed: bool,
+}
+
+impl<'a> Batches<'a> {
+    /// Iterates over `buf` from its start.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Batches {
+            buf,
+            pos: 0,
+            failed: false,
+        }
+    }
+}
+
+impl Iterator for Batches<'_> {
+    /// The byte position of the batch in the buffer and its header, or the
+    /// position of the invalid bytes and why.
+    type Item = Result<(usize, BatchHeader), (usize, BatchError)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.pos >= self.buf.len() {
+            return None;
+        }
+        let pos = self.pos;
+        match validate(&self.buf[pos..]) {
+            Ok(header) => {
+                self.pos += header.size();
+                Some(Ok((pos, header)))
+            }
+            Err(err) => {
+                self.failed = true;
+                Some(Err((pos, err)))
+            }
+        }
+    }
+}
+
+fn i64_at(buf: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(buf[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn i32_at(buf: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(buf[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// Builds valid record batches for tests, benchmarks and fuzz seeds. The
+/// records are encoded as Kafka does (varint framing, no headers), so real
+/// clients can decode them.
+pub mod build {
+    use super::{stamp, CRC_START, HEADER_LEN, LOG_OVERHEAD};
+
+    /// A batch of `values.len()` records (null keys) with the given
+    /// timestamps base, each record's timestamp delta equal to its index.
+    pub fn batch(base_timestamp: i64, values: &[&[u8]]) -> Vec<u8> {
+        batch_with(
+            BatchSpec {
+                base_timestamp,
+                ..BatchSpec::default()
+            },
+            values,
+        )
+    }
+
+    /// Producer fields and attributes of a built batch.
+    #[derive(Debug, Clone, Copy)]
+    pub struct BatchSpec {
+        /// First record's timestamp.
+        pub base_timestamp: i64,
+        /// Producer id (-1 for none).
+        pub producer_id: i64,
+        /// Producer epoch (-1 for none).
+        pub producer_epoch: i16,
+        /// First sequence (-1 for none).
+        pub base_sequence: i32,
+        /// Attribute bits (compression codec is not applied to the bytes).
+        pub attributes: i16,
+    }
+
+    impl Default for BatchSpec {
+        fn default() -> Self {
+            BatchSpec {
+                base_timestamp: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+                attributes: 0,
+            }
+        }
+    }
+
+    /// A batch with explicit producer fields.
+    pub fn batch_with(spec: BatchSpec, values: &[&[u8]]) -> Vec<u8> {
+        assert!(!values.is_empty(), "a batch needs at least one record");
+        let mut records = Vec::new();
+        for (i, value) in values.iter().enumerate() {
+            let mut body = Vec::with_capacity(value.len() + 8);
+            body.push(0); // record attributes
+            varint(&mut body, i as i64); // timestamp delta
+            varint(&mut body, i as i64); // offset delta
+            varint(&mut body, -1); // null key
+            varint(&mut body, value.len() as i64);
+            body.extend_from_slice(value);
+            varint(&mut body, 0); // no headers
+            varint(&mut records, body.len() as i64);
+            records.extend_from_slice(&body);
+        }
+        let n = values.len() as i32;
+        let mut buf = Vec::with_capacity(HEADER_LEN + records.len());
+        buf.extend_from_slice(&0i64.to_be_bytes());
+        let length = (HEADER_LEN - LOG_OVERHEAD + records.len()) as i32;
+        buf.extend_from_slice(&length.to_be_bytes());
+        buf.extend_from_slice(&0i32.to_be_bytes());
+        buf.push(2);
+        buf.extend_from_slice(&0u32.to_be_bytes());
+        buf.extend_from_slice(&spec.attributes.to_be_bytes());
+        buf.extend_from_slice(&(n - 1).to_be_bytes());
+        buf.extend_from_slice(&spec.base_timestamp.to_be_bytes());
+        buf.extend_from_slice(&(spec.base_timestamp + n as i64 - 1).to_be_bytes());
+        buf.extend_from_slice(&spec.producer_id.to_be_bytes());
+        buf.extend_from_slice(&spec.producer_epoch.to_be_bytes());
+        buf.extend_from_slice(&spec.base_sequence.to_be_bytes());
+        buf.extend_from_slice(&n.to_be_bytes());
+        buf.extend_from_slice(&records);
+        let crc = crc32c::crc32c(&buf[CRC_START..]);
+        buf[17..21].copy_from_slice(&crc.to_be_bytes());
+        stamp(&mut buf, 0, 0);
+        buf
+    }
+
+    fn varint(out: &mut Vec<u8>, value: i64) {
+        let mut v = ((value << 1) ^ (value >> 63)) as u64;
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_batch_validates_and_reports_fields() {
+        let buf = build::batch(1_000, &[b"a", b"bb", b"ccc"]);
+        let h = validate(&buf).unwrap();
+        assert_eq!(h.size(), buf.len());
+        assert_eq!(h.record_count, 3);
+        assert_eq!(h.last_offset_delta, 2);
+        assert_eq!(h.base_timestamp, 1_000);
+        assert_eq!(h.max_timestamp, 1_002);
+        assert_eq!(h.compression(), Compression::None);
+        assert_eq!(h.producer_id, -1);
+    }
+
+    #[test]
+    fn stamping_keeps_the_crc_valid() {
+        let mut buf = build::batch(0, &[b"x"]);
+        stamp(&mut buf, 42, 7);
+        let h = validate(&buf).unwrap();
+        assert_eq!(h.base_offset, 42);
+        assert_eq!(h.partition_leader_epoch, 7);
+        assert_eq!(h.last_offset(), 42);
+    }
+
+    #[test]
+    fn every_kind_of_damage_is_named() {
+        let good = build::batch(0, &[b"hello"]);
+        let check = |buf: &[u8], expected: fn(&BatchError) -> bool| {
+            let err = validate(buf).unwrap_err();
+            assert!(expected(&err), "unexpected error {err:?}");
+        };
+        check(&good[..30], |e| {
+            matches!(e, BatchError::TruncatedHeader { available: 30 })
+        });
+        check(&good[..good.len() - 1], |e| {
+            matches!(e, BatchError::Truncated { .. })
+        });
+        let mut bad = good.clone();
+        bad[16] = 1;
+        check(&bad, |e| matches!(e, BatchError::Magic(1)));
+        let mut bad = good.clone();
+        *bad.last_mut().unwrap() ^= 0xff;
+        check(&bad, |e| matches!(e, BatchError::Crc { .. }));
+        let mut bad = good.clone();
+        bad[8..12].copy_from_slice(&10i32.to_be_bytes());
+        check(&bad, |e| matches!(e, BatchError::LengthTooSmall { length: 10 }));
+        let mut bad = good.clone();
+        bad[57..61].copy_from_slice(&5i32.to_be_bytes());
+        check(&bad, |e| matches!(e, BatchError::RecordCount { count: 5, .. }));
+    }
+
+    #[test]
+    fn iterator_walks_concatenated_batches_and_stops_at_damage() {
+        let mut buf = build::batch(0, &[b"a"]);
+        let second = buf.len();
+        buf.extend(build::batch(0, &[b"b", b"c"]));
+        let third = buf.len();
+        buf.extend_from_slice(&[0u8; 20]);
+        let items: Vec<_> = Batches::new(&buf).collect();
+        assert_eq!(items.len(), 3);
+        assert_eq!(items[0].as_ref().unwrap().0, 0);
+        assert_eq!(items[1].as_ref().unwrap().0, second);
+        assert_eq!(items[1].as_ref().unwrap().1.record_count, 2);
+        assert!(matches!(items[2], Err((p, BatchError::TruncatedHeader { .. })) if p == third));
+    }
+}

@@ -1,0 +1,198 @@
+//! Memory maps of segment and index files: the only module with `unsafe`.
+//!
+//! Invariants every caller keeps (they are what make the `unsafe` below
+//! sound and SIGBUS-free):
+//!
+//! - A file is mapped at most to its length at mapping time, and a mapped
+//!   file is never shrunk while the process runs. Files are preallocated
+//!   (`set_len`) to their full capacity before they are mapped; recovery
+//!   truncates a torn tail only before anything maps the file.
+//! - Bytes that a reader can see (below a published position or entry
+//!   count) are never written again. The single writer only writes beyond
+//!   what it has published, and publishes with release ordering after the
+//!   write has completed.
+//! - Deleting a segment unlinks its files but keeps the mappings alive until
+//!   the last reader drops them, so a slice handed out never dangles.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::FileExt as _;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use memmap2::{Advice, MmapOptions, MmapRaw};
+
+const PAGE: usize = 4096;
+
+/// A read-only map of a whole segment log file.
+#[derive(Debug)]
+pub(crate) struct LogMap {
+    raw: MmapRaw,
+}
+
+impl LogMap {
+    /// Maps the first `len` bytes of `file`, which must be at least that long.
+    pub(crate) fn new(file: &File, len: usize) -> io::Result<LogMap> {
+        debug_assert!(file.metadata().map(|m| m.len() >= len as u64).unwrap_or(true));
+        let raw = MmapOptions::new().len(len.max(1)).map_raw_read_only(file)?;
+        Ok(LogMap { raw })
+    }
+
+    /// Length of the mapping.
+    pub(crate) fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// The bytes `start..end` of the file.
+    ///
+    /// The caller must only ask for bytes that are published (written and no
+    /// longer changing); see the module invariants.
+    pub(crate) fn slice(&self, start: usize, end: usize) -> &[u8] {
+        assert!(
+            start <= end && end <= self.raw.len(),
+            "slice {start}..{end} outside the map"
+        );
+        // SAFETY: the range lies inside the mapping (checked above), the file
+        // is never shrunk below the mapping's length while mapped, and the
+        // bytes are published, so nothing writes them while the returned
+        // borrow (tied to `self`) lives.
+        unsafe { std::slice::from_raw_parts(self.raw.as_ptr().add(start), end - start) }
+    }
+
+    /// A zero-copy `Bytes` of `start..end`, keeping the map alive.
+    pub(crate) fn bytes(self: &Arc<Self>, start: usize, end: usize) -> Bytes {
+        // Check the range now rather than when the Bytes is first read.
+        let _ = self.slice(start, end);
+        Bytes::from_owner(MapSlice {
+            map: Arc::clone(self),
+            start,
+            end,
+        })
+    }
+
+    /// Brings `start..end` into memory so that reading it later does not
+    /// fault. Runs on an I/O thread, never on an async runtime's worker.
+    pub(crate) fn prefault(&self, start: usize, end: usize) {
+        if start >= end {
+            return;
+        }
+        let populated = self
+            .raw
+            .advise_range(
+                Advice::PopulateRead,
+                start - start % PAGE,
+                end - (start - start % PAGE),
+            )
+            .is_ok();
+        if !populated {
+            let bytes = self.slice(start, end);
+            let mut sum = 0u8;
+            for i in (0..bytes.len()).step_by(PAGE) {
+                sum = sum.wrapping_add(bytes[i]);
+            }
+            std::hint::black_box(sum);
+        }
+    }
+}
+
+/// The owner behind a zero-copy `Bytes` over a mapped segment.
+struct MapSlice {
+    map: Arc<LogMap>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for MapSlice {
+    fn as_ref(&self) -> &[u8] {
+        self.map.slice(self.start, self.end)
+    }
+}
+
+/// A read-write map of a preallocated index file with fixed-size entries.
+///
+/// One writer appends entries past the published count; readers read entries
+/// below it. Entries are copied in and out, never borrowed, so no reference
+/// to bytes that another thread writes ever exists.
+#[derive(Debug)]
+pub(crate) struct IndexMap {
+    raw: MmapRaw,
+}
+
+impl IndexMap {
+    /// Maps all of `file` (opened read-write), whose length must be non-zero.
+    pub(crate) fn new(file: &File) -> io::Result<IndexMap> {
+        Ok(IndexMap {
+            raw: MmapRaw::map_raw(file)?,
+        })
+    }
+
+    /// Maps all of `file` read-only, for inspection; [`IndexMap::write`]
+    /// must not be called on the result.
+    pub(crate) fn new_read_only(file: &File) -> io::Result<IndexMap> {
+        Ok(IndexMap {
+            raw: MmapOptions::new().map_raw_read_only(file)?,
+        })
+    }
+
+    /// Capacity in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Whether `len` bytes at `at` are all zero.
+    pub(crate) fn is_zero(&self, at: usize, len: usize) -> bool {
+        assert!(at + len <= self.raw.len(), "index read past its map");
+        // SAFETY: inside the mapping (checked above), and the file is never
+        // shrunk while mapped. Only used on maps nobody writes (verify).
+        let bytes = unsafe { std::slice::from_raw_parts(self.raw.as_ptr().add(at), len) };
+        bytes.iter().all(|&b| b == 0)
+    }
+
+    /// Copies `N` bytes at `at` out of the map.
+    pub(crate) fn read<const N: usize>(&self, at: usize) -> [u8; N] {
+        assert!(at + N <= self.raw.len(), "index read past its map");
+        let mut out = [0u8; N];
+        // SAFETY: the range is inside the mapping (checked above) and the
+        // file is never shrunk while mapped. Readers only read entries the
+        // writer has published, so the copy does not race with a write.
+        unsafe { std::ptr::copy_nonoverlapping(self.raw.as_ptr().add(at), out.as_mut_ptr(), N) };
+        out
+    }
+
+    /// Copies `data` into the map at `at`. Only the partition's single writer
+    /// calls this, and only past the published entries.
+    pub(crate) fn write(&self, at: usize, data: &[u8]) {
+        assert!(at + data.len() <= self.raw.len(), "index write past its map");
+        // SAFETY: inside the mapping (checked above); the writer holds the
+        // partition's writer lock and writes only unpublished entries, which
+        // no reader reads, so there is no concurrent access to these bytes.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.raw.as_mut_ptr().add(at), data.len()) };
+    }
+
+    /// Flushes the written entries to disk.
+    pub(crate) fn flush(&self) -> io::Result<()> {
+        self.raw.flush()
+    }
+}
+
+/// Allocates disk blocks for `len` bytes of `file` at `offset`, keeping the
+/// bytes already there, so that storing through a map of that range cannot
+/// fault for lack of space. Falls back to rewriting the range where the file
+/// system has no `fallocate`.
+pub(crate) fn allocate(file: &File, offset: usize, len: usize) -> io::Result<()> {
+    // SAFETY: `fallocate` only reads its integer arguments; the descriptor is
+    // valid for the duration of the call because `file` is borrowed.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, offset as libc::off_t, len as libc::off_t) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EOPNOTSUPP) {
+        return Err(err);
+    }
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, offset as u64)?;
+    file.write_all_at(&buf, offset as u64)
+}

@@ -1,0 +1,19 @@
+//! `strait check`: load and validate a configuration file, then print the
+//! effective configuration (every default written out) as YAML.
+
+use std::io::Write;
+use std::path::Path;
+
+use strait_config::Config;
+
+/// Loads and validates `config`, then prints the effective configuration to
+/// stdout, preceded by a comment naming the file. Errors (unreadable file,
+/// bad YAML, unknown key, invalid value) name the file and the key.
+pub fn run(config: &Path) -> anyhow::Result<()> {
+    let loaded = Config::load(config)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "# effective configuration of {}", config.display())?;
+    out.write_all(loaded.to_yaml().as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
