@@ -39,6 +39,16 @@ pub enum SpoolError {
         /// The configured limit.
         max: u64,
     },
+    /// The batches of one append call span more offsets than one segment
+    /// can address (2^32 - 1, relative offsets being 32-bit).
+    #[error(
+        "append spans {span} offsets, more than the {} one segment can address",
+        u32::MAX
+    )]
+    OffsetSpan {
+        /// Offsets the call's batches occupy.
+        span: u64,
+    },
     /// An append call carried no batch.
     #[error("append carried no record batch")]
     EmptyAppend,
@@ -105,6 +115,7 @@ impl SpoolError {
         match self {
             SpoolError::InvalidBatch { .. }
             | SpoolError::BatchTooLarge { .. }
+            | SpoolError::OffsetSpan { .. }
             | SpoolError::EmptyAppend
             | SpoolError::OffsetOutOfRange { .. }
             | SpoolError::InvalidConfig(_) => Side::Client,

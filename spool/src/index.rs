@@ -179,14 +179,18 @@ impl<E: Entry> Index<E> {
     }
 
     /// Appends an entry. Only the partition's writer calls this. Returns
-    /// false (and writes nothing) when the index is full or no disk block
-    /// can be allocated for the entry.
+    /// false (and writes nothing) when the index is full, the key does not
+    /// follow the last one, or no disk block can be allocated for the entry.
     pub(crate) fn push(&self, entry: E) -> bool {
         let n = self.entries.load(Ordering::Acquire);
-        if n >= self.capacity() || !self.allocate((n + 1) * E::SIZE) {
+        // Keys must strictly increase, or the entry count of a reopened
+        // file would be misread: refuse an out-of-order entry.
+        if n >= self.capacity() || (n > 0 && self.get(n - 1).key() >= entry.key()) {
             return false;
         }
-        debug_assert!(n == 0 || self.get(n - 1).key() < entry.key());
+        if !self.allocate((n + 1) * E::SIZE) {
+            return false;
+        }
         self.map.write(n * E::SIZE, &entry.encode());
         self.entries.store(n + 1, Ordering::Release);
         true

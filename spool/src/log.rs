@@ -7,7 +7,7 @@
 //! Background syncs (the `interval` policy) run `fdatasync` without the
 //! writer lock, so appends continue while the disk catches up.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::Write as _;
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
@@ -171,7 +171,7 @@ impl Partition {
             } else {
                 None
             };
-            let scan = match loaded {
+            let scan = match loaded.clone() {
                 Some(scan) => scan,
                 None => {
                     if sealed {
@@ -184,22 +184,30 @@ impl Partition {
                 }
             };
             expected = Some(scan.next_offset);
-            if let ScanStop::Invalid { position, reason } = scan.stop {
-                report.truncated = Some((log_path.clone(), position, reason));
-                // Cut the tail: unmap, zero from the end of the valid data,
-                // and reopen as the active segment. The indexes rebuilt by
-                // the scan cover exactly the valid batches. Nothing reads the
-                // partition yet.
-                let old_capacity = seg.capacity();
-                drop(seg);
-                truncate_log(&log_path, scan.end, old_capacity.max(config.segment_bytes))?;
-                seg = Segment::open(dir, base, Some(config.segment_bytes), config.index_bytes, false)?;
-                seg.set_end(scan.end, scan.next_offset, scan.max_timestamp);
-                segments.push(Arc::new(seg));
+            let invalid = match scan.stop {
+                ScanStop::Invalid { position, ref reason } => {
+                    report.truncated = Some((log_path.clone(), position, reason.clone()));
+                    true
+                }
+                ScanStop::Clean => false,
+            };
+            if loaded.is_none() {
+                // Zero everything past the valid data, whether the scan hit
+                // garbage or zeros: a torn write can leave stale bytes after
+                // a zeroed header, which a later, shorter append would
+                // otherwise bring back to life. Unmap first; nothing reads
+                // the partition yet, and the rebuilt indexes cover exactly
+                // the valid batches.
+                let capacity = seg
+                    .capacity()
+                    .max(if invalid || last { config.segment_bytes } else { 0 });
+                seg = seg.truncate_tail(scan.end, capacity)?;
+            }
+            segments.push(Arc::new(seg));
+            if invalid {
                 cut_at = Some(i + 1);
                 break;
             }
-            segments.push(Arc::new(seg));
         }
         if let Some(cut) = cut_at {
             for &base in &bases[cut..] {
@@ -347,6 +355,10 @@ impl Partition {
             }
             headers.push(header);
         }
+        let span: u64 = headers.iter().map(BatchHeader::offset_count).sum();
+        if span > u32::MAX as u64 {
+            return Err(SpoolError::OffsetSpan { span });
+        }
         Ok(headers)
     }
 
@@ -389,7 +401,7 @@ impl Partition {
                 && (w.position + total > active.capacity()
                     || !active.index_room(headers.len())
                     || active.opened_at.elapsed() >= config.segment_age
-                    || w.next_offset + offsets - active.base_offset > u32::MAX as u64)
+                    || w.next_offset + offsets - 1 - active.base_offset > u32::MAX as u64)
         };
         if needs_roll {
             self.roll(w)?;
@@ -816,21 +828,6 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>> {
     }
     bases.sort_unstable();
     Ok(bases)
-}
-
-/// Cuts a log file back to `end` bytes, then re-extends it with zeros to
-/// `capacity`, and syncs it. Only called before the file is mapped.
-fn truncate_log(path: &Path, end: u64, capacity: u64) -> Result<()> {
-    let file = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(|e| SpoolError::io("open segment", path, e))?;
-    file.set_len(end)
-        .map_err(|e| SpoolError::io("truncate segment", path, e))?;
-    file.set_len(capacity.max(end))
-        .map_err(|e| SpoolError::io("extend segment", path, e))?;
-    file.sync_all()
-        .map_err(|e| SpoolError::io("sync segment", path, e))
 }
 
 fn remove_segment_files(log_path: &Path) -> Result<()> {

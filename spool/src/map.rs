@@ -17,7 +17,6 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::FileExt as _;
 use std::sync::Arc;
 
@@ -182,17 +181,14 @@ impl IndexMap {
 /// fault for lack of space. Falls back to rewriting the range where the file
 /// system has no `fallocate`.
 pub(crate) fn allocate(file: &File, offset: usize, len: usize) -> io::Result<()> {
-    // SAFETY: `fallocate` only reads its integer arguments; the descriptor is
-    // valid for the duration of the call because `file` is borrowed.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, offset as libc::off_t, len as libc::off_t) };
-    if rc == 0 {
-        return Ok(());
+    use rustix::fs::{fallocate, FallocateFlags};
+    match fallocate(file, FallocateFlags::empty(), offset as u64, len as u64) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::OPNOTSUPP) => {
+            let mut buf = vec![0u8; len];
+            file.read_exact_at(&mut buf, offset as u64)?;
+            file.write_all_at(&buf, offset as u64)
+        }
+        Err(e) => Err(e.into()),
     }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::EOPNOTSUPP) {
-        return Err(err);
-    }
-    let mut buf = vec![0u8; len];
-    file.read_exact_at(&mut buf, offset as u64)?;
-    file.write_all_at(&buf, offset as u64)
 }

@@ -203,6 +203,29 @@ impl Drop for IoPool {
     }
 }
 
+/// Waits on the current thread for a future of the pool, for callers that
+/// are not on an async runtime (tools, tests, benchmarks). The pool's own
+/// threads complete the future, so no executor is needed.
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
+
 fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name(name)

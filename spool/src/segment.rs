@@ -177,6 +177,49 @@ impl Segment {
         })
     }
 
+    /// Cuts the log back to `end` bytes, zero-fills it up to `capacity`,
+    /// syncs it and maps it again, keeping the indexes and the end. Only
+    /// called while opening a partition, before anything can hold a slice of
+    /// the map (so shrinking the file cannot fault a reader).
+    pub(crate) fn truncate_tail(self, end: u64, capacity: u64) -> Result<Segment> {
+        let Segment {
+            base_offset,
+            log_path,
+            file,
+            map,
+            offsets,
+            times,
+            size,
+            next_offset,
+            max_timestamp,
+            opened_at,
+        } = self;
+        assert_eq!(
+            Arc::strong_count(&map),
+            1,
+            "a segment is truncated only before readers exist"
+        );
+        drop(map);
+        let capacity = capacity.max(end);
+        let fail = |op, e| SpoolError::io(op, &log_path, e);
+        file.set_len(end).map_err(|e| fail("truncate segment", e))?;
+        file.set_len(capacity).map_err(|e| fail("extend segment", e))?;
+        file.sync_all().map_err(|e| fail("sync segment", e))?;
+        let map = LogMap::new(&file, capacity as usize).map_err(|e| fail("map segment", e))?;
+        Ok(Segment {
+            base_offset,
+            log_path,
+            file,
+            map: Arc::new(map),
+            offsets,
+            times,
+            size,
+            next_offset,
+            max_timestamp,
+            opened_at,
+        })
+    }
+
     /// Bytes the log file can hold.
     pub(crate) fn capacity(&self) -> u64 {
         self.map.len() as u64

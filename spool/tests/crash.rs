@@ -335,3 +335,31 @@ fn verify_names_file_position_and_reason_for_corrupt_batches() {
     assert_eq!((problem.path.clone(), problem.position), (file, pos));
     assert!(problem.what.contains("CRC-32C mismatch"), "{}", problem.what);
 }
+
+#[test]
+fn an_empty_partition_survives_crashes_with_clean_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small(4096, Durability::Os);
+    // Crash before anything was written, then again after some appends.
+    drop(Partition::open(dir.path(), config.clone()).unwrap());
+    let p = Partition::open(dir.path(), config.clone()).unwrap();
+    let written: Vec<Vec<u8>> = (0..3).map(|i| batch_of(i, 2, 10 * i as i64)).collect();
+    for b in &written {
+        p.append(b).unwrap();
+    }
+    drop(p);
+    let p = Partition::open(dir.path(), config).unwrap();
+    let stored = read_all(&p);
+    let expected: Vec<(u64, Vec<u8>)> = written
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (2 * i as u64, stamped(b, 2 * i as u64)))
+        .collect();
+    assert_eq!(stored, expected);
+    p.close().unwrap();
+    let report = verify_partition(dir.path()).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    // The first batch's offset and time entries, and the time entry that
+    // close adds for the newest timestamp.
+    assert_eq!(report.index_entries, 3);
+}

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{batch_of, block_on, read_all, small, stamped};
+use common::{batch_of, read_all, small, stamped};
 use strait_spool::batch::{self, Batches};
-use strait_spool::pool::PoolOptions;
+use strait_spool::pool::{block_on, PoolOptions};
 use strait_spool::{Durability, IoPool, Partition};
 
 #[test]
