@@ -1,5 +1,7 @@
 //! The `strait` command line.
 //!
+//! - `strait serve [--config FILE] [--listen ADDR] [--data-dir DIR]`: run the
+//!   Kafka broker for local topics (embedded defaults without a file).
 //! - `strait check --config FILE`: validate a configuration, print it in full.
 //! - `strait spool verify DIR`: check every batch and index entry on disk.
 //! - `strait spool dump DIR [--from OFFSET]`: list the batches of a partition.
@@ -10,7 +12,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod check;
+mod serve;
 mod spool_cmd;
+
+/// Forged array lengths in a request must not abort the process (see the
+/// allocator's documentation).
+#[global_allocator]
+static ALLOCATOR: strait_gateway::alloc::GuardedAlloc = strait_gateway::alloc::GuardedAlloc;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -25,6 +33,24 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run Strait: a Kafka broker for local spool topics. Without a
+    /// configuration file it listens on 127.0.0.1:9092 and stores topics
+    /// under ./data.
+    Serve {
+        /// The YAML configuration file (optional).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Address and port to listen on (overrides server.listen).
+        #[arg(long)]
+        listen: Option<String>,
+        /// host:port clients are told to connect to (overrides
+        /// server.advertised).
+        #[arg(long)]
+        advertised: Option<String>,
+        /// Directory of the local topics (overrides data_dir).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// Validate a configuration file and print the effective configuration.
     Check {
         /// The YAML configuration file.
@@ -57,7 +83,25 @@ enum SpoolCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STRAIT_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let result = match cli.command {
+        Command::Serve {
+            config,
+            listen,
+            advertised,
+            data_dir,
+        } => serve::run(serve::Overrides {
+            config,
+            listen,
+            advertised,
+            data_dir,
+        }),
         Command::Check { config } => check::run(&config),
         Command::Spool(SpoolCommand::Verify { dir }) => spool_cmd::verify(&dir),
         Command::Spool(SpoolCommand::Dump { dir, from }) => spool_cmd::dump(&dir, from),

@@ -36,10 +36,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize, Serializer};
 
 pub mod error;
+pub mod server;
 pub mod spool;
 pub mod units;
 
 pub use error::{ConfigError, Invalid};
+pub use server::{BrokerConfig, ServerConfig};
 pub use spool::{Durability, SpoolConfig, TopicOverrides, TopicSpoolConfig};
 pub use units::{ByteSize, HumanDuration, UnitError};
 
@@ -54,6 +56,11 @@ pub struct Config {
     /// from the working directory of the `strait` process. Default `./data`.
     #[serde(serialize_with = "serialize_path")]
     pub data_dir: PathBuf,
+    /// The client-facing listener and its limits. See [`ServerConfig`].
+    pub server: ServerConfig,
+    /// Broker behaviour for local topics: auto-creation, consumer group
+    /// timeouts. See [`BrokerConfig`].
+    pub broker: BrokerConfig,
     /// Storage settings for local topics. See [`SpoolConfig`].
     pub spool: SpoolConfig,
 }
@@ -62,6 +69,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             data_dir: PathBuf::from("./data"),
+            server: ServerConfig::default(),
+            broker: BrokerConfig::default(),
             spool: SpoolConfig::default(),
         }
     }
@@ -111,6 +120,8 @@ impl Config {
         if self.data_dir.as_os_str().is_empty() {
             return Err(Invalid::new("data_dir", "must not be empty"));
         }
+        self.server.validate("server")?;
+        self.broker.validate("broker")?;
         self.spool.validate("spool")
     }
 
@@ -120,6 +131,8 @@ impl Config {
     pub fn effective(&self) -> Config {
         Config {
             data_dir: self.data_dir.clone(),
+            server: self.server.clone(),
+            broker: self.broker.clone(),
             spool: self.spool.effective(),
         }
     }

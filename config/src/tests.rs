@@ -63,7 +63,7 @@ fn misspelt_key() {
     check_error(
         "spol: {}\n",
         "spol",
-        "unknown field `spol`, expected `data_dir` or `spool`",
+        "unknown field `spol`, expected one of `data_dir`, `server`, `broker`, `spool`",
     );
     check_error(
         "spool:\n  topics:\n    payments:\n      retention: 30d\n",
@@ -207,6 +207,19 @@ fn to_yaml_writes_defaults_in_human_units() {
         Config::default().to_yaml(),
         "\
 data_dir: ./data
+server:
+  listen: 127.0.0.1:9092
+  advertised: null
+  max_connections: 10000
+  max_frame_bytes: 100MiB
+  idle_timeout: 10m
+  shutdown_grace: 10s
+broker:
+  auto_create_topics: true
+  default_partitions: 1
+  group_min_session_timeout: 6s
+  group_max_session_timeout: 30m
+  group_initial_rebalance_delay: 3s
 spool:
   segment_bytes: 1GiB
   segment_age: 7d

@@ -1,5 +1,28 @@
-//! Strait's gateway: Kafka wire framing and codec, the client-facing server,
-//! the local broker over the spool, the topic router and the upstream client.
+//! Strait's gateway: the Kafka wire protocol server and the local broker
+//! over the spool.
 //!
-//! Not built yet: this crate is the home of the `serve` subcommand (see the
-//! README's Architecture section for where each piece will live).
+//! A request's path: [`server`] accepts the connection and reads a frame
+//! ([`frame`]); [`codec`] decodes the header and body with the
+//! `kafka-protocol` crate; the [`broker`] answers it from the local topics
+//! ([`topics`], stored in the spool), the consumer [`group`] coordinator and
+//! the idempotent [`producers`] state; [`codec`] encodes the response and the
+//! server writes it back, in request order.
+//!
+//! - [`launch`]: assembles all of it from a configuration and shuts it down.
+//! - [`versions`]: the APIs and versions Strait advertises.
+//! - [`error`]: errors, and the one function that picks Kafka error codes.
+//! - [`alloc`]: the global allocator that keeps forged array lengths in a
+//!   request from aborting the process.
+
+pub mod alloc;
+pub mod broker;
+pub mod codec;
+pub mod error;
+pub mod frame;
+pub mod group;
+pub mod group_stub;
+pub mod launch;
+pub mod producers;
+pub mod server;
+pub mod topics;
+pub mod versions;

@@ -1,0 +1,239 @@
+//! The `server:` section (the client-facing listener and its limits) and the
+//! `broker:` section (how Strait behaves as a Kafka broker for local topics:
+//! topic auto-creation, consumer group timeouts).
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Invalid;
+use crate::units::{ByteSize, HumanDuration};
+
+/// Default listen address: `127.0.0.1:9092`, Kafka's port on loopback.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9092";
+
+/// The `server:` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address and port to accept Kafka clients on. Default
+    /// `127.0.0.1:9092`; use `0.0.0.0:9092` to accept from other hosts.
+    pub listen: String,
+    /// `host:port` that clients are told to connect to (in Metadata and
+    /// FindCoordinator answers). Default: the listen address; set it when
+    /// clients reach Strait through another name (a load balancer, a
+    /// container port mapping, or a listen address of `0.0.0.0`).
+    pub advertised: Option<String>,
+    /// Most client connections open at once; further connections wait in
+    /// the kernel's accept queue. Default `10000`.
+    pub max_connections: u32,
+    /// Largest request frame accepted (Kafka's `socket.request.max.bytes`).
+    /// A larger frame closes that connection. Default `100MiB`; at least
+    /// `64KiB`, at most `1GiB`.
+    pub max_frame_bytes: ByteSize,
+    /// Close connections that sent nothing for this long (Kafka's
+    /// `connections.max.idle.ms`). Default `10m`.
+    pub idle_timeout: HumanDuration,
+    /// On SIGTERM/SIGINT, how long in-flight requests may take to finish
+    /// before connections are closed. Default `10s`.
+    pub shutdown_grace: HumanDuration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: DEFAULT_LISTEN.to_owned(),
+            advertised: None,
+            max_connections: 10_000,
+            max_frame_bytes: ByteSize::mib(100),
+            idle_timeout: HumanDuration::minutes(10),
+            shutdown_grace: HumanDuration::secs(10),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The listen address, parsed (valid after [`ServerConfig::validate`]).
+    pub fn listen_addr(&self) -> Result<SocketAddr, String> {
+        self.listen
+            .parse()
+            .map_err(|_| format!("`{}` is not an address:port such as 127.0.0.1:9092", self.listen))
+    }
+
+    /// The advertised `(host, port)`: `advertised` if set, else the listen
+    /// address.
+    pub fn advertised_host_port(&self) -> Result<(String, u16), String> {
+        match &self.advertised {
+            Some(advertised) => parse_host_port(advertised),
+            None => {
+                let addr = self.listen_addr()?;
+                Ok((addr.ip().to_string(), addr.port()))
+            }
+        }
+    }
+
+    pub(crate) fn validate(&self, prefix: &str) -> Result<(), Invalid> {
+        self.listen_addr()
+            .map_err(|m| Invalid::new(format!("{prefix}.listen"), m))?;
+        if let Some(advertised) = &self.advertised {
+            parse_host_port(advertised).map_err(|m| Invalid::new(format!("{prefix}.advertised"), m))?;
+        }
+        if self.max_connections == 0 {
+            return Err(Invalid::new(
+                format!("{prefix}.max_connections"),
+                "must be at least 1",
+            ));
+        }
+        let frame = self.max_frame_bytes.bytes();
+        if !(ByteSize::kib(64).bytes()..=ByteSize::gib(1).bytes()).contains(&frame) {
+            return Err(Invalid::new(
+                format!("{prefix}.max_frame_bytes"),
+                format!("{} is outside 64KiB..1GiB", self.max_frame_bytes),
+            ));
+        }
+        if self.idle_timeout.is_zero() {
+            return Err(Invalid::new(format!("{prefix}.idle_timeout"), "must be positive"));
+        }
+        Ok(())
+    }
+}
+
+fn parse_host_port(value: &str) -> Result<(String, u16), String> {
+    let bad = || format!("`{value}` is not host:port such as kafka.example.com:9092");
+    let (host, port) = value.rsplit_once(':').ok_or_else(bad)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    if host.is_empty() || port == 0 {
+        return Err(bad());
+    }
+    Ok((host.to_owned(), port))
+}
+
+/// The `broker:` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BrokerConfig {
+    /// Create a local topic the first time a client produces to it or asks
+    /// for its metadata (Kafka's `auto.create.topics.enable`). Default
+    /// `true`.
+    pub auto_create_topics: bool,
+    /// Partitions of an auto-created topic, and of a CreateTopics request
+    /// that leaves the count to the broker (Kafka's `num.partitions`).
+    /// Default `1`; at most `10000`.
+    pub default_partitions: u32,
+    /// Shortest session timeout a consumer group member may ask for.
+    /// Default `6s` (Kafka's `group.min.session.timeout.ms`).
+    pub group_min_session_timeout: HumanDuration,
+    /// Longest session timeout a member may ask for. Default `30m`.
+    pub group_max_session_timeout: HumanDuration,
+    /// How long a new, empty group waits for more members before its first
+    /// rebalance completes (Kafka's `group.initial.rebalance.delay.ms`).
+    /// Default `3s`, Kafka's default.
+    pub group_initial_rebalance_delay: HumanDuration,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            auto_create_topics: true,
+            default_partitions: 1,
+            group_min_session_timeout: HumanDuration::secs(6),
+            group_max_session_timeout: HumanDuration::minutes(30),
+            group_initial_rebalance_delay: HumanDuration::secs(3),
+        }
+    }
+}
+
+impl BrokerConfig {
+    pub(crate) fn validate(&self, prefix: &str) -> Result<(), Invalid> {
+        if !(1..=10_000).contains(&self.default_partitions) {
+            return Err(Invalid::new(
+                format!("{prefix}.default_partitions"),
+                format!("{} is outside 1..10000", self.default_partitions),
+            ));
+        }
+        if self.group_min_session_timeout.is_zero() {
+            return Err(Invalid::new(
+                format!("{prefix}.group_min_session_timeout"),
+                "must be positive",
+            ));
+        }
+        if self.group_max_session_timeout < self.group_min_session_timeout {
+            return Err(Invalid::new(
+                format!("{prefix}.group_max_session_timeout"),
+                format!(
+                    "{} is below group_min_session_timeout {}",
+                    self.group_max_session_timeout, self.group_min_session_timeout
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_advertise_the_listen_address() {
+        let server = ServerConfig::default();
+        server.validate("server").unwrap();
+        assert_eq!(
+            server.advertised_host_port().unwrap(),
+            ("127.0.0.1".to_owned(), 9092)
+        );
+        BrokerConfig::default().validate("broker").unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let check = |server: ServerConfig, key: &str, words: &str| {
+            let err = server.validate("server").unwrap_err();
+            assert_eq!(err.path, key);
+            assert!(err.message.contains(words), "{}", err.message);
+        };
+        check(
+            ServerConfig {
+                listen: "localhost".into(),
+                ..ServerConfig::default()
+            },
+            "server.listen",
+            "address:port",
+        );
+        check(
+            ServerConfig {
+                advertised: Some("kafka:0".into()),
+                ..ServerConfig::default()
+            },
+            "server.advertised",
+            "host:port",
+        );
+        check(
+            ServerConfig {
+                max_frame_bytes: ByteSize::kib(1),
+                ..ServerConfig::default()
+            },
+            "server.max_frame_bytes",
+            "64KiB",
+        );
+        let broker = BrokerConfig {
+            default_partitions: 0,
+            ..BrokerConfig::default()
+        };
+        assert_eq!(
+            broker.validate("broker").unwrap_err().path,
+            "broker.default_partitions"
+        );
+    }
+
+    #[test]
+    fn advertised_names_and_ipv6() {
+        assert_eq!(
+            parse_host_port("kafka.example.com:9093").unwrap(),
+            ("kafka.example.com".into(), 9093)
+        );
+        assert_eq!(parse_host_port("[::1]:9092").unwrap(), ("::1".into(), 9092));
+        assert!(parse_host_port("nohost").is_err());
+    }
+}

@@ -1,0 +1,356 @@
+//! Produce, Fetch, ListOffsets and OffsetForLeaderEpoch on local topics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::{join_all, select_all};
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+use strait_spool::batch::BatchHeader;
+use tokio::time::Instant;
+
+use super::{s, Broker};
+use crate::error::{kafka_code, Failure};
+use crate::producers::Check;
+use crate::topics::PartitionHandle;
+
+/// Longest a Fetch waits for data, whatever the client asks.
+const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
+
+impl Broker {
+    /// Produce. `None` for `acks=0`, which gets no response.
+    pub(super) async fn produce(&self, req: ProduceRequest, version: i16) -> Option<ProduceResponse> {
+        let refuse = if req.transactional_id.as_ref().is_some_and(|t| !t.0.is_empty()) {
+            Some(ResponseError::TransactionalIdAuthorizationFailed)
+        } else if !matches!(req.acks, -1..=1) {
+            Some(ResponseError::InvalidRequiredAcks)
+        } else {
+            None
+        };
+        let mut work = Vec::new();
+        for topic in &req.topic_data {
+            for p in &topic.partition_data {
+                let name = topic.name.0.to_string();
+                let records = p.records.clone();
+                let index = p.index;
+                work.push(async move {
+                    let answer = match refuse {
+                        Some(code) => error_produce(index, code, None),
+                        None => self.produce_partition(&name, index, records).await,
+                    };
+                    for_version(answer, version)
+                });
+            }
+        }
+        let mut results = join_all(work).await.into_iter();
+        if req.acks == 0 {
+            return None;
+        }
+        let mut response = ProduceResponse::default();
+        for topic in req.topic_data {
+            let partition_responses = topic
+                .partition_data
+                .iter()
+                .map(|_| results.next().expect("one result per partition"))
+                .collect();
+            response.responses.push(
+                TopicProduceResponse::default()
+                    .with_name(topic.name)
+                    .with_partition_responses(partition_responses),
+            );
+        }
+        Some(response)
+    }
+
+    async fn produce_partition(
+        &self,
+        topic: &str,
+        index: i32,
+        records: Option<Bytes>,
+    ) -> PartitionProduceResponse {
+        let Some(partition) = self.topics.get(topic).and_then(|t| t.partition(index).cloned()) else {
+            return error_produce(index, ResponseError::UnknownTopicOrPartition, None);
+        };
+        let Some(records) = records else {
+            return error_produce(index, ResponseError::CorruptMessage, Some("no records"));
+        };
+        let headers = headers_of(&records);
+        let idempotent = headers.iter().any(|h| h.producer_id >= 0);
+        // Idempotent appends to one partition are checked and written one
+        // at a time, so the sequence state follows the log.
+        let lock = self.append_lock(topic, index);
+        let _guard = if idempotent { Some(lock.lock().await) } else { None };
+        let sequences = self.sequences(topic, index);
+        if idempotent {
+            match sequences.check(&headers) {
+                Check::Append => {}
+                Check::Duplicate(base_offset) => {
+                    return PartitionProduceResponse::default()
+                        .with_index(index)
+                        .with_base_offset(base_offset as i64)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(partition.log.log_start_offset() as i64);
+                }
+                Check::Reject(code) => return error_produce(index, code, None),
+            }
+        }
+        match self.topics.pool().append(&partition.log, records).await {
+            Ok(info) => {
+                if idempotent {
+                    let mut next = info.base_offset;
+                    let bases: Vec<u64> = headers
+                        .iter()
+                        .map(|h| {
+                            let base = next;
+                            next += h.offset_count();
+                            base
+                        })
+                        .collect();
+                    sequences.record(&headers, bases);
+                }
+                partition.appended.notify_waiters();
+                PartitionProduceResponse::default()
+                    .with_index(index)
+                    .with_base_offset(info.base_offset as i64)
+                    .with_log_append_time_ms(-1)
+                    .with_log_start_offset(partition.log.log_start_offset() as i64)
+            }
+            Err(e) => {
+                if !matches!(e.side(), strait_spool::Side::Client) {
+                    tracing::error!(topic, partition = index, error = %e, "append failed");
+                }
+                let message = e.to_string();
+                error_produce(index, kafka_code(Failure::Spool(&e)), Some(&message))
+            }
+        }
+    }
+
+    /// Fetch with long polling: answers once `min_bytes` are there, or when
+    /// `max_wait_ms` has passed, or at once on an error.
+    pub(super) async fn fetch(&self, req: FetchRequest, version: i16) -> FetchResponse {
+        let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
+        let deadline = Instant::now() + wait;
+        loop {
+            // Register for wake-ups before reading, so an append between
+            // the read and the wait is not missed.
+            let partitions: Vec<Arc<PartitionHandle>> = req
+                .topics
+                .iter()
+                .filter_map(|t| self.topics.get(&t.topic.0))
+                .flat_map(|t| {
+                    let wanted: Vec<i32> = req
+                        .topics
+                        .iter()
+                        .filter(|ft| *ft.topic.0 == *t.name)
+                        .flat_map(|ft| ft.partitions.iter().map(|p| p.partition))
+                        .collect();
+                    wanted
+                        .into_iter()
+                        .filter_map(|i| t.partition(i).cloned())
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let mut waits: Vec<_> = partitions
+                .iter()
+                .map(|p| Box::pin(p.appended.notified()))
+                .collect();
+            for w in waits.iter_mut() {
+                w.as_mut().enable();
+            }
+            let (response, bytes, errors) = self.fetch_once(&req, version).await;
+            if bytes >= req.min_bytes.max(0) as usize
+                || errors
+                || waits.is_empty()
+                || Instant::now() >= deadline
+            {
+                return response;
+            }
+            tokio::select! {
+                _ = select_all(waits) => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// One pass over the fetched partitions: the response, the bytes it
+    /// carries, and whether any partition had an error.
+    async fn fetch_once(&self, req: &FetchRequest, version: i16) -> (FetchResponse, usize, bool) {
+        // log_start_offset exists from v5 on.
+        let start = |offset: u64| if version >= 5 { offset as i64 } else { -1 };
+        let mut budget = req.max_bytes.max(0) as usize;
+        let mut total = 0usize;
+        let mut errors = false;
+        let mut response = FetchResponse::default();
+        for topic in &req.topics {
+            let found = self.topics.get(&topic.topic.0);
+            let mut out = FetchableTopicResponse::default().with_topic(topic.topic.clone());
+            for fp in &topic.partitions {
+                let mut data = PartitionData::default()
+                    .with_partition_index(fp.partition)
+                    .with_aborted_transactions(Some(Vec::new()))
+                    .with_preferred_read_replica(BrokerId(-1))
+                    .with_records(Some(Bytes::new()));
+                let Some(partition) = found.as_ref().and_then(|t| t.partition(fp.partition)) else {
+                    errors = true;
+                    out.partitions
+                        .push(data.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
+                    continue;
+                };
+                let log = &partition.log;
+                let hw = log.high_watermark() as i64;
+                data = data
+                    .with_high_watermark(hw)
+                    .with_last_stable_offset(hw)
+                    .with_log_start_offset(start(log.log_start_offset()));
+                // KIP-74: the first batch is returned whole even if larger
+                // than the limits, so a consumer always makes progress.
+                let limit = (fp.partition_max_bytes.max(0) as usize).min(budget);
+                if fp.fetch_offset < 0 {
+                    errors = true;
+                    out.partitions
+                        .push(data.with_error_code(ResponseError::OffsetOutOfRange.code()));
+                    continue;
+                }
+                if limit == 0 && total > 0 {
+                    out.partitions.push(data);
+                    continue;
+                }
+                match self
+                    .topics
+                    .pool()
+                    .read(log, fp.fetch_offset as u64, limit.max(1))
+                    .await
+                {
+                    Ok(read) => {
+                        total += read.records.len();
+                        budget = budget.saturating_sub(read.records.len());
+                        out.partitions.push(
+                            data.with_high_watermark(read.high_watermark as i64)
+                                .with_last_stable_offset(read.high_watermark as i64)
+                                .with_log_start_offset(start(read.log_start_offset))
+                                .with_records(Some(read.records)),
+                        );
+                    }
+                    Err(e) => {
+                        errors = true;
+                        out.partitions
+                            .push(data.with_error_code(kafka_code(Failure::Spool(&e)).code()));
+                    }
+                }
+            }
+            response.responses.push(out);
+        }
+        (response, total, errors)
+    }
+
+    pub(super) fn list_offsets(&self, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+        let mut response = ListOffsetsResponse::default();
+        for topic in req.topics {
+            let found = self.topics.get(&topic.name.0);
+            let mut out = ListOffsetsTopicResponse::default().with_name(topic.name.clone());
+            for p in topic.partitions {
+                let answer = ListOffsetsPartitionResponse::default()
+                    .with_partition_index(p.partition_index)
+                    .with_timestamp(-1)
+                    .with_offset(-1)
+                    .with_leader_epoch(if version >= 4 { 0 } else { -1 });
+                let Some(partition) = found.as_ref().and_then(|t| t.partition(p.partition_index)) else {
+                    out.partitions
+                        .push(answer.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
+                    continue;
+                };
+                let log = &partition.log;
+                let answer = match p.timestamp {
+                    -1 => answer.with_offset(log.high_watermark() as i64),
+                    -2 => answer.with_offset(log.log_start_offset() as i64),
+                    ts if ts >= 0 => match log.offset_for_timestamp(ts) {
+                        Some((offset, timestamp)) => {
+                            answer.with_offset(offset as i64).with_timestamp(timestamp)
+                        }
+                        None => answer,
+                    },
+                    _ => answer.with_error_code(ResponseError::UnsupportedVersion.code()),
+                };
+                out.partitions.push(answer);
+            }
+            response.topics.push(out);
+        }
+        response
+    }
+
+    pub(super) fn offset_for_leader_epoch(
+        &self,
+        req: OffsetForLeaderEpochRequest,
+    ) -> OffsetForLeaderEpochResponse {
+        let mut response = OffsetForLeaderEpochResponse::default();
+        for topic in req.topics {
+            let found = self.topics.get(&topic.topic.0);
+            let mut out = OffsetForLeaderTopicResult::default().with_topic(topic.topic.clone());
+            for p in topic.partitions {
+                let answer = EpochEndOffset::default()
+                    .with_partition(p.partition)
+                    .with_leader_epoch(-1)
+                    .with_end_offset(-1);
+                let answer = match found.as_ref().and_then(|t| t.partition(p.partition)) {
+                    None => answer.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                    // The only leader epoch there has ever been is 0.
+                    Some(_) if p.current_leader_epoch > 0 => {
+                        answer.with_error_code(ResponseError::UnknownLeaderEpoch.code())
+                    }
+                    Some(_) if p.leader_epoch < 0 => answer,
+                    Some(partition) => answer
+                        .with_leader_epoch(0)
+                        .with_end_offset(partition.log.high_watermark() as i64),
+                };
+                out.partitions.push(answer);
+            }
+            response.topics.push(out);
+        }
+        response
+    }
+}
+
+/// Clears what `version` of the Produce response does not carry.
+fn for_version(mut answer: PartitionProduceResponse, version: i16) -> PartitionProduceResponse {
+    if version < 5 {
+        answer.log_start_offset = -1;
+    }
+    if version < 8 {
+        answer.error_message = None;
+    }
+    answer
+}
+
+fn error_produce(index: i32, code: ResponseError, message: Option<&str>) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(code.code())
+        .with_base_offset(-1)
+        .with_log_append_time_ms(-1)
+        .with_log_start_offset(-1)
+        .with_error_message(message.map(s))
+}
+
+/// The headers of the batches in a produce payload, as far as they parse
+/// (the spool validates everything, CRCs included, when appending).
+fn headers_of(records: &[u8]) -> Vec<BatchHeader> {
+    let mut headers = Vec::new();
+    let mut at = 0;
+    while at < records.len() {
+        let Ok(h) = BatchHeader::parse(&records[at..]) else {
+            break;
+        };
+        at += h.size();
+        headers.push(h);
+    }
+    headers
+}

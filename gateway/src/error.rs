@@ -1,0 +1,182 @@
+//! The gateway's errors, and the one place where internal errors become
+//! Kafka error codes ([`kafka_code`]).
+
+use kafka_protocol::ResponseError;
+use strait_spool::SpoolError;
+
+/// A connection-level problem with the bytes a client sent. Each closes that
+/// one connection; the message says why, for the log line naming the client.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The frame's length prefix is negative.
+    #[error("frame length {0} is negative")]
+    NegativeSize(i32),
+    /// The frame is larger than `server.max_frame_bytes`.
+    #[error("frame of {size} bytes exceeds max_frame_bytes {max}")]
+    TooLarge {
+        /// Declared size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The connection ended inside a frame.
+    #[error("connection closed in the middle of a frame")]
+    Truncated,
+    /// The socket failed.
+    #[error("socket error: {0}")]
+    Io(#[source] std::io::Error),
+}
+
+/// A request the gateway cannot decode.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Fewer bytes than a request header.
+    #[error("request of {0} bytes is shorter than a request header")]
+    TooShort(usize),
+    /// An API key Kafka does not define.
+    #[error("unknown API key {api_key}")]
+    UnknownApiKey {
+        /// The key.
+        api_key: i16,
+        /// For the log line.
+        correlation_id: i32,
+    },
+    /// A version this codec cannot parse at all.
+    #[error("{api:?} version {version} is outside the versions Kafka defines")]
+    UnknownVersion {
+        /// The API.
+        api: kafka_protocol::messages::ApiKey,
+        /// The version asked for.
+        version: i16,
+        /// For the log line.
+        correlation_id: i32,
+    },
+    /// The bytes do not parse as that request.
+    #[error("malformed {api:?} v{version} request: {reason}")]
+    Malformed {
+        /// The API.
+        api: kafka_protocol::messages::ApiKey,
+        /// The version.
+        version: i16,
+        /// What the decoder said.
+        reason: String,
+    },
+}
+
+/// Errors of the topic registry.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    /// The topic exists already.
+    #[error("topic {0} already exists")]
+    Exists(String),
+    /// No such topic.
+    #[error("topic {0} does not exist")]
+    Unknown(String),
+    /// The name breaks Kafka's rules.
+    #[error("invalid topic name {name:?}: {why}")]
+    InvalidName {
+        /// The name.
+        name: String,
+        /// Which rule.
+        why: &'static str,
+    },
+    /// A partition count that cannot be.
+    #[error("invalid partition count: {0}")]
+    InvalidPartitions(String),
+    /// Replication other than 1 on a one-node cluster.
+    #[error("replication factor {0} is impossible: Strait is a one-node cluster for local topics")]
+    InvalidReplication(i16),
+    /// A topic config that is unknown or has a bad value.
+    #[error("invalid config {key}: {why}")]
+    InvalidConfig {
+        /// The config key.
+        key: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// The spool failed.
+    #[error(transparent)]
+    Storage(#[from] SpoolError),
+    /// Writing topic metadata failed.
+    #[error("writing {path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Any internal error the gateway turns into a Kafka error code.
+#[derive(Debug)]
+pub enum Failure<'a> {
+    /// From the spool.
+    Spool(&'a SpoolError),
+    /// From the topic registry.
+    Topic(&'a TopicError),
+}
+
+/// The Kafka error code for an internal error: the only place where the
+/// gateway decides which code a client sees, so that retriable storage
+/// trouble is retriable for the client too.
+pub fn kafka_code(failure: Failure<'_>) -> ResponseError {
+    match failure {
+        Failure::Spool(e) => match e {
+            SpoolError::InvalidBatch { .. } | SpoolError::EmptyAppend => ResponseError::CorruptMessage,
+            SpoolError::BatchTooLarge { .. } => ResponseError::MessageTooLarge,
+            SpoolError::OffsetSpan { .. } => ResponseError::RecordListTooLarge,
+            SpoolError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            SpoolError::InvalidConfig(_) => ResponseError::InvalidConfig,
+            SpoolError::DiskFull { .. }
+            | SpoolError::Io { .. }
+            | SpoolError::Failed { .. }
+            | SpoolError::Corrupt { .. } => ResponseError::KafkaStorageError,
+            // Shutting down: the client retries, reconnects and finds the
+            // broker again.
+            SpoolError::Closed => ResponseError::NotLeaderOrFollower,
+        },
+        Failure::Topic(e) => match e {
+            TopicError::Exists(_) => ResponseError::TopicAlreadyExists,
+            TopicError::Unknown(_) => ResponseError::UnknownTopicOrPartition,
+            TopicError::InvalidName { .. } => ResponseError::InvalidTopicException,
+            TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+            TopicError::InvalidReplication(_) => ResponseError::InvalidReplicationFactor,
+            TopicError::InvalidConfig { .. } => ResponseError::InvalidConfig,
+            TopicError::Storage(e) => kafka_code(Failure::Spool(e)),
+            TopicError::Io { .. } => ResponseError::KafkaStorageError,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strait_spool::batch::BatchError;
+
+    #[test]
+    fn codes_keep_retriability() {
+        let bad = SpoolError::InvalidBatch {
+            position: 0,
+            source: BatchError::Magic(1),
+        };
+        let full = SpoolError::DiskFull { path: "/x".into() };
+        let range = SpoolError::OffsetOutOfRange {
+            offset: 9,
+            log_start: 0,
+            high_watermark: 3,
+        };
+        let exists = TopicError::Exists("t".into());
+        let wrapped = TopicError::Storage(SpoolError::Closed);
+        let check = |f: Failure<'_>, code: ResponseError, retriable: bool| {
+            let got = kafka_code(f);
+            assert_eq!(got, code);
+            assert_eq!(got.is_retriable(), retriable, "{code:?}");
+        };
+        check(Failure::Spool(&bad), ResponseError::CorruptMessage, true);
+        check(Failure::Spool(&full), ResponseError::KafkaStorageError, true);
+        check(Failure::Spool(&range), ResponseError::OffsetOutOfRange, false);
+        check(Failure::Topic(&exists), ResponseError::TopicAlreadyExists, false);
+        check(Failure::Topic(&wrapped), ResponseError::NotLeaderOrFollower, true);
+    }
+}

@@ -1,0 +1,170 @@
+//! The client-facing server: accepts connections (at most
+//! `max_connections` at once), reads frames, answers each request in order,
+//! and shuts down gracefully.
+//!
+//! A connection serves one request at a time, as a Kafka broker does:
+//! clients may pipeline, and responses go back in request order. Anything
+//! wrong with the bytes of one connection (a malformed or oversized frame,
+//! an unknown API) closes that connection with a log line naming the client;
+//! no other connection notices.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::{ApiKey, ResponseKind};
+use kafka_protocol::ResponseError;
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+
+use crate::broker::{Broker, Reply};
+use crate::codec::{decode_request, encode_response, peek_header};
+use crate::error::{DecodeError, FrameError};
+use crate::frame::{read_frame, write_frame};
+use crate::versions;
+
+/// Limits of the server.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Most connections at once.
+    pub max_connections: usize,
+    /// Largest request frame.
+    pub max_frame_bytes: usize,
+    /// Close a connection idle this long.
+    pub idle_timeout: Duration,
+    /// How long in-flight requests may run after shutdown begins.
+    pub shutdown_grace: Duration,
+}
+
+/// Serves `listener` until `shutdown` resolves, then stops accepting, lets
+/// every connection finish the request it is handling (up to
+/// `shutdown_grace`) and returns.
+pub async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let limit = Arc::new(Semaphore::new(options.max_connections));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => break,
+            permit = Arc::clone(&limit).acquire_owned() => permit.expect("the semaphore is never closed"),
+        };
+        let (stream, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off a bit.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let broker = Arc::clone(&broker);
+        let options = options.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Err(why) = connection(stream, peer, &broker, &options, stop).await {
+                tracing::warn!(%peer, "closing connection: {why}");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: no new connections, finishing requests in flight");
+    let _ = stop_tx.send(true);
+    let all = options.max_connections as u32;
+    if tokio::time::timeout(options.shutdown_grace, limit.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still busy after the shutdown grace period; closing them");
+    }
+    Ok(())
+}
+
+/// Serves one connection until the client leaves, it misbehaves, it idles
+/// out, or shutdown begins. `Err` carries the reason to log.
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    broker: &Broker,
+    options: &ServerOptions,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let _ = stream.set_nodelay(true);
+    let (reader, writer) = stream.into_split();
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    let mut writer = BufWriter::with_capacity(64 * 1024, writer);
+    let mut client = String::new();
+    loop {
+        let frame = tokio::select! {
+            frame = tokio::time::timeout(options.idle_timeout, read_frame(&mut reader, options.max_frame_bytes)) => frame,
+            _ = stop.changed() => return Ok(()),
+        };
+        let frame = match frame {
+            Err(_) => return Err(format!("idle for {:?}", options.idle_timeout)),
+            Ok(Ok(Some(frame))) => frame,
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(()),
+            Ok(Err(e)) => return Err(format!("{e} (client {client:?})")),
+        };
+        let request = match decode_request(frame.clone()) {
+            Ok(request) => request,
+            Err(DecodeError::UnknownVersion {
+                api: ApiKey::ApiVersions,
+                correlation_id,
+                ..
+            }) => {
+                // KIP-511: a newer client asks with a version Strait does
+                // not know; answer in v0 with the versions it does.
+                let body = ResponseKind::ApiVersions(versions::api_versions_response(Some(
+                    ResponseError::UnsupportedVersion,
+                )));
+                send(&mut writer, ApiKey::ApiVersions, 0, correlation_id, &body).await?;
+                continue;
+            }
+            Err(e) => {
+                let (api_key, version, correlation_id) = peek_header(&frame).unwrap_or((-1, -1, -1));
+                return Err(format!(
+                    "{e} (api key {api_key} v{version}, correlation id {correlation_id}, client {client:?})"
+                ));
+            }
+        };
+        if let Some(id) = &request.client_id {
+            if *id != client {
+                client.clone_from(id);
+            }
+        }
+        let (api, version, correlation_id) = (request.api, request.version, request.correlation_id);
+        match broker.handle(request).await {
+            Reply::Respond(body) => send(&mut writer, api, version, correlation_id, &body).await?,
+            Reply::Silent => {}
+            Reply::Close(why) => return Err(format!("{why} (client {client:?}, peer {peer})")),
+        }
+    }
+}
+
+async fn send(
+    writer: &mut BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+) -> Result<(), String> {
+    let frame = encode_response(api, version, correlation_id, body)?;
+    write_frame(writer, frame)
+        .await
+        .map_err(|e| format!("writing a response: {e}"))?;
+    writer
+        .flush()
+        .await
+        .map_err(|e| format!("writing a response: {e}"))
+}

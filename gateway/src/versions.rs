@@ -1,0 +1,83 @@
+//! Which APIs and versions Strait answers, and the ApiVersions response.
+//!
+//! Only what is really handled is advertised. Versions that need features
+//! Strait does not have yet are left out on purpose: Produce v12+ and
+//! Fetch v13+ (transactions v2, topic ids in Fetch), OffsetCommit and
+//! OffsetFetch v9+ (KIP-848 member epochs), InitProducerId v5+,
+//! ListOffsets v7+ (the max-timestamp query).
+
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
+use kafka_protocol::ResponseError;
+
+/// `(api, min, max)` of every API Strait handles.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 11),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 6),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::DescribeCluster, 0, 1),
+];
+
+/// The advertised version range of `api`, if Strait handles it.
+pub fn supported(api: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(key, ..)| *key == api)
+        .map(|&(_, min, max)| (min, max))
+}
+
+/// The ApiVersions answer. `error` is set when the client asked for an
+/// ApiVersions version Strait does not speak: the client then retries with
+/// a version from the list (KIP-511).
+pub fn api_versions_response(error: Option<ResponseError>) -> ApiVersionsResponse {
+    let keys = SUPPORTED
+        .iter()
+        .map(|&(key, min, max)| {
+            ApiVersion::default()
+                .with_api_key(key as i16)
+                .with_min_version(min)
+                .with_max_version(max)
+        })
+        .collect();
+    ApiVersionsResponse::default()
+        .with_error_code(error.map_or(0, |e| e.code()))
+        .with_api_keys(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_versions_lie_within_what_the_codec_parses() {
+        for &(api, min, max) in SUPPORTED {
+            let range = api.valid_versions();
+            assert!(
+                range.min <= min && max <= range.max && min <= max,
+                "{api:?} {min}..{max}"
+            );
+        }
+        assert_eq!(supported(ApiKey::Produce), Some((3, 11)));
+        assert_eq!(supported(ApiKey::SaslHandshake), None);
+        let response = api_versions_response(None);
+        assert_eq!(response.api_keys.len(), SUPPORTED.len());
+    }
+}

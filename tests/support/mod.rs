@@ -1,0 +1,662 @@
+//! Shared harness for integration tests that talk to real Kafka peers.
+//!
+//! Use it from a test crate with `mod support;`. What it gives:
+//!
+//! - [`peers()`]: installs the peers once per test process (`scripts/peers`,
+//!   idempotent, fast when already installed) and returns their paths. A
+//!   missing peer is a panic (the test fails, it never skips).
+//! - [`Tansu`]: a real Kafka-compatible broker (Tansu 0.6.0, memory storage)
+//!   on a free loopback port, killed on drop.
+//! - [`Strait`]: our own `strait serve` on a free loopback port with a
+//!   temporary data directory, with kill / stop / restart.
+//! - [`run_client`] / [`try_client`]: run a script from `tests/clients/` with
+//!   the venv's Python and parse the JSON line it prints last.
+//! - [`kcat`]: Debian's kcat (librdkafka 2.0.2), with a timeout.
+//!
+//! Every child process runs under a timeout and is killed when it expires.
+
+#![allow(dead_code)]
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long a client script may run before it is killed.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long kcat may run before it is killed.
+pub const KCAT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a broker may take to accept connections after it was spawned.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The repository root (where `scripts/` and `tests/` live).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Paths of the installed peers.
+#[derive(Debug, Clone)]
+pub struct Peers {
+    /// The venv's Python (confluent-kafka, kafka-python).
+    pub python: PathBuf,
+    /// Debian's kcat (librdkafka 2.0.2).
+    pub kcat: PathBuf,
+    /// The Tansu 0.6.0 broker binary.
+    pub tansu: PathBuf,
+    /// `tests/clients/`, where the client scripts live.
+    pub clients: PathBuf,
+    /// What `scripts/peers` printed: the installed versions.
+    pub versions: String,
+}
+
+/// Installs the peers (once per test process) and returns their paths.
+///
+/// Panics, in every test that calls it, if `scripts/peers` fails or a peer
+/// is missing afterwards.
+pub fn peers() -> Peers {
+    static PEERS: OnceLock<Result<Peers, String>> = OnceLock::new();
+    match PEERS.get_or_init(install_peers) {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn install_peers() -> Result<Peers, String> {
+    let root = repo_root();
+    let script = root.join("scripts/peers");
+    let out = Command::new(&script)
+        .current_dir(&root)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e} (run scripts/peers)", script.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(format!(
+            "scripts/peers failed ({}): the test peers are not installed; run scripts/peers\n\
+             --- stdout ---\n{stdout}--- stderr ---\n{stderr}",
+            out.status
+        ));
+    }
+    let peers = root.join(".peers");
+    let p = Peers {
+        python: peers.join("venv/bin/python"),
+        kcat: peers.join("bin/kcat"),
+        tansu: peers.join("bin/tansu"),
+        clients: root.join("tests/clients"),
+        versions: stdout,
+    };
+    for (name, path) in [
+        ("python (venv)", &p.python),
+        ("kcat", &p.kcat),
+        ("tansu", &p.tansu),
+    ] {
+        if !path.exists() {
+            return Err(format!(
+                "peer {name} is missing at {} after scripts/peers succeeded: run scripts/peers --force",
+                path.display()
+            ));
+        }
+    }
+    Ok(p)
+}
+
+/// A loopback port that was free a moment ago (bound to port 0, released).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// Sends a Kafka ApiVersions v0 request and checks that a well-formed answer
+/// with the same correlation id and error code 0 comes back.
+pub fn api_versions_ping(addr: SocketAddr, timeout: Duration) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    let client_id = b"strait-test";
+    let correlation_id: i32 = 0x5354_5254;
+    let mut body = Vec::new();
+    body.extend_from_slice(&18i16.to_be_bytes()); // ApiVersions
+    body.extend_from_slice(&0i16.to_be_bytes()); // v0
+    body.extend_from_slice(&correlation_id.to_be_bytes());
+    body.extend_from_slice(&(client_id.len() as i16).to_be_bytes());
+    body.extend_from_slice(client_id);
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    s.write_all(&frame)?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let len = i32::from_be_bytes(len);
+    if !(6..=1 << 20).contains(&len) {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("ApiVersions response of {len} bytes"),
+        ));
+    }
+    let mut resp = vec![0u8; len as usize];
+    s.read_exact(&mut resp)?;
+    let got = i32::from_be_bytes(resp[0..4].try_into().unwrap());
+    let error = i16::from_be_bytes(resp[4..6].try_into().unwrap());
+    if got != correlation_id || error != 0 {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("ApiVersions answer: correlation id {got:#x}, error code {error}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Polls until `addr` accepts a TCP connection (and, with `ping`, answers
+/// ApiVersions), failing early if the child exits.
+fn wait_ready(child: &mut Child, addr: SocketAddr, ping: bool, log: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            return Err(format!(
+                "exited ({status}) before accepting on {addr}\n--- log ---\n{}",
+                read_log(log)
+            ));
+        }
+        let ok = if ping {
+            api_versions_ping(addr, Duration::from_secs(2)).map_err(|e| e.to_string())
+        } else {
+            TcpStream::connect_timeout(&addr, Duration::from_secs(1))
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        let last = match ok {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if Instant::now() > deadline {
+            return Err(format!(
+                "not ready on {addr} after {START_TIMEOUT:?} (last error: {last})\n--- log ---\n{}",
+                read_log(log)
+            ));
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn read_log(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()))
+}
+
+fn open_log(path: &Path) -> (File, File) {
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+    let g = f.try_clone().expect("cloning log file handle");
+    (f, g)
+}
+
+fn kill_and_wait(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Sends SIGTERM to a process (through the shell's `kill`, no unsafe code).
+fn sigterm(pid: u32) {
+    let _ = Command::new("sh")
+        .args(["-c", &format!("kill -TERM {pid}")])
+        .status();
+}
+
+/// A Tansu 0.6.0 broker (memory storage) on a free loopback port.
+#[derive(Debug)]
+pub struct Tansu {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+    log: PathBuf,
+}
+
+impl Tansu {
+    /// Starts a broker with cluster id `tansu_cluster`.
+    pub fn start() -> Tansu {
+        Tansu::start_with(&[])
+    }
+
+    /// Starts a broker with extra `tansu broker` arguments (for example
+    /// `["--cluster-id", "dc2"]`).
+    pub fn start_with(extra: &[&str]) -> Tansu {
+        let peers = peers();
+        let dir = tempfile::Builder::new()
+            .prefix("tansu-")
+            .tempdir()
+            .expect("tempdir");
+        let log = dir.path().join("tansu.log");
+        let mut last = String::new();
+        // A port found free can be taken before Tansu binds it: retry.
+        for _ in 0..3 {
+            let port = free_port();
+            let url = format!("tcp://127.0.0.1:{port}");
+            let (out, err) = open_log(&log);
+            let mut cmd = Command::new(&peers.tansu);
+            cmd.arg("broker")
+                .args(["--listener-url", &url, "--advertised-listener-url", &url])
+                .args(["--storage-engine", "memory://tansu/"])
+                .args(extra)
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(out)
+                .stderr(err);
+            for var in [
+                "CLUSTER_ID",
+                "LISTENER_URL",
+                "ADVERTISED_LISTENER_URL",
+                "STORAGE_ENGINE",
+                "SCHEMA_REGISTRY",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ] {
+                cmd.env_remove(var);
+            }
+            let mut child = cmd
+                .spawn()
+                .unwrap_or_else(|e| panic!("spawning {}: {e}", peers.tansu.display()));
+            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+            match wait_ready(&mut child, addr, true, &log) {
+                Ok(()) => {
+                    return Tansu {
+                        child,
+                        port,
+                        dir,
+                        log,
+                    }
+                }
+                Err(e) => {
+                    kill_and_wait(&mut child);
+                    last = e;
+                }
+            }
+        }
+        panic!("Tansu did not start: {last}");
+    }
+
+    /// `127.0.0.1:PORT`, for `bootstrap.servers`.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// What the broker printed so far.
+    pub fn log(&self) -> String {
+        read_log(&self.log)
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        kill_and_wait(&mut self.child);
+        if thread::panicking() {
+            eprintln!(
+                "--- tansu log ({}) ---\n{}",
+                self.bootstrap(),
+                read_log(&self.log)
+            );
+        }
+    }
+}
+
+/// Our own `strait serve --listen 127.0.0.1:PORT --data-dir DIR [extra]`.
+///
+/// stdout and stderr go to `strait.log` in the temporary directory (appended
+/// across restarts); it is printed when the owning test panics.
+#[derive(Debug)]
+pub struct Strait {
+    child: Option<Child>,
+    port: u16,
+    extra: Vec<String>,
+    dir: tempfile::TempDir,
+    log: PathBuf,
+    starts: u32,
+}
+
+impl Strait {
+    /// Starts `strait serve` on a free port with a fresh data directory.
+    pub fn start(extra: &[&str]) -> Strait {
+        let dir = tempfile::Builder::new()
+            .prefix("strait-")
+            .tempdir()
+            .expect("tempdir");
+        let log = dir.path().join("strait.log");
+        fs::create_dir_all(dir.path().join("data")).expect("creating data dir");
+        let mut s = Strait {
+            child: None,
+            port: 0,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            dir,
+            log,
+            starts: 0,
+        };
+        let mut last = String::new();
+        for _ in 0..3 {
+            s.port = free_port();
+            match s.spawn() {
+                Ok(()) => return s,
+                Err(e) => last = e,
+            }
+        }
+        panic!("strait serve did not start: {last}");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        self.starts += 1;
+        let (mut out, err) = open_log(&self.log);
+        let listen = format!("127.0.0.1:{}", self.port);
+        let data = self.data_dir();
+        let _ = writeln!(
+            out,
+            "=== start #{} (strait serve --listen {listen} --data-dir {} {}) ===",
+            self.starts,
+            data.display(),
+            self.extra.join(" ")
+        );
+        let mut child = Command::new(env!("CARGO_BIN_EXE_strait"))
+            .arg("serve")
+            .args(["--listen", &listen])
+            .arg("--data-dir")
+            .arg(&data)
+            .args(&self.extra)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("spawning strait: {e}"))?;
+        let addr: SocketAddr = ([127, 0, 0, 1], self.port).into();
+        match wait_ready(&mut child, addr, false, &self.log) {
+            Ok(()) => {
+                self.child = Some(child);
+                Ok(())
+            }
+            Err(e) => {
+                kill_and_wait(&mut child);
+                Err(e)
+            }
+        }
+    }
+
+    /// `127.0.0.1:PORT`, for `bootstrap.servers`.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The `--data-dir` (kept across restarts).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Everything the process printed, across restarts.
+    pub fn log(&self) -> String {
+        read_log(&self.log)
+    }
+
+    /// The server's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILL (a crash) and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill_and_wait(&mut c);
+        }
+    }
+
+    /// SIGTERM and wait for the exit (30 s at most, then SIGKILL and panic).
+    pub fn stop(&mut self) -> ExitStatus {
+        let mut c = self.child.take().expect("strait is not running");
+        sigterm(c.id());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = c.try_wait().expect("waiting for strait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                kill_and_wait(&mut c);
+                panic!(
+                    "strait did not exit within 30 s of SIGTERM\n--- log ---\n{}",
+                    self.log()
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the server again on the same port and data directory (kills a
+    /// running one first).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                // The old socket may linger briefly; try again.
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("strait restart failed, retrying: {e}");
+                    thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("strait did not restart: {e}"),
+            }
+        }
+    }
+}
+
+impl Drop for Strait {
+    fn drop(&mut self) {
+        self.kill();
+        if thread::panicking() {
+            eprintln!(
+                "--- strait log ({}) ---\n{}",
+                self.bootstrap(),
+                read_log(&self.log)
+            );
+        }
+    }
+}
+
+/// A finished (or timed-out) child process.
+#[derive(Debug)]
+pub struct Finished {
+    pub output: Output,
+    pub timed_out: bool,
+    pub elapsed: Duration,
+}
+
+/// Runs `cmd` with `stdin` fed to it, killing it after `timeout`.
+pub fn run_timeout(mut cmd: Command, stdin: Option<&[u8]>, timeout: Duration) -> Finished {
+    let started = Instant::now();
+    let mut child = cmd
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    let writer = stdin.map(|data| {
+        let mut pipe = child.stdin.take().unwrap();
+        let data = data.to_vec();
+        thread::spawn(move || {
+            let _ = pipe.write_all(&data);
+        })
+    });
+    let mut out_pipe = child.stdout.take().unwrap();
+    let mut err_pipe = child.stderr.take().unwrap();
+    let out_reader = thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out_pipe.read_to_end(&mut v);
+        v
+    });
+    let err_reader = thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err_pipe.read_to_end(&mut v);
+        v
+    });
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waiting for child") {
+            break s;
+        }
+        if started.elapsed() > timeout {
+            timed_out = true;
+            let _ = child.kill();
+            break child.wait().expect("waiting for killed child");
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = err_reader.join().unwrap_or_default();
+    Finished {
+        output: Output {
+            status,
+            stdout,
+            stderr,
+        },
+        timed_out,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// One run of a client script.
+#[derive(Debug)]
+pub struct ClientRun {
+    /// `script arg...`, for messages.
+    pub command: String,
+    pub status: ExitStatus,
+    pub timed_out: bool,
+    pub stdout: String,
+    pub stderr: String,
+    /// The last stdout line parsed as JSON (None if absent or not JSON).
+    pub json: Option<serde_json::Value>,
+    pub elapsed: Duration,
+}
+
+impl ClientRun {
+    /// A description for assertion messages: command, status, stderr, stdout.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} -> {}{} after {:.1?}\n--- stderr ---\n{}\n--- stdout (tail) ---\n{}",
+            self.command,
+            self.status,
+            if self.timed_out { " (TIMED OUT)" } else { "" },
+            self.elapsed,
+            tail(&self.stderr, 6000),
+            tail(&self.stdout, 4000)
+        )
+    }
+}
+
+fn tail(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut i = s.len() - max;
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    &s[i..]
+}
+
+/// Runs `tests/clients/<script>` with the venv's Python and returns whatever
+/// happened (no assertion). Killed after [`CLIENT_TIMEOUT`].
+pub fn try_client(script: &str, args: &[&str]) -> ClientRun {
+    let peers = peers();
+    let path = peers.clients.join(script);
+    assert!(path.exists(), "no client script {}", path.display());
+    let mut cmd = Command::new(&peers.python);
+    cmd.arg(&path)
+        .args(args)
+        .current_dir(&peers.clients)
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    let f = run_timeout(cmd, None, CLIENT_TIMEOUT);
+    let stdout = String::from_utf8_lossy(&f.output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&f.output.stderr).into_owned();
+    let json = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .and_then(|l| serde_json::from_str(l).ok());
+    let run = ClientRun {
+        command: format!("{script} {}", args.join(" ")),
+        status: f.output.status,
+        timed_out: f.timed_out,
+        stdout,
+        stderr,
+        json,
+        elapsed: f.elapsed,
+    };
+    eprintln!("client: {} -> {} in {:.1?}", run.command, run.status, run.elapsed);
+    run
+}
+
+/// Runs a client script, asserts it exited 0 in time, and returns the JSON
+/// object it printed on its last stdout line.
+pub fn run_client(script: &str, args: &[&str]) -> serde_json::Value {
+    let run = try_client(script, args);
+    assert!(
+        run.status.success() && !run.timed_out,
+        "client failed: {}",
+        run.describe()
+    );
+    match run.json {
+        Some(v) => v,
+        None => panic!("client printed no JSON last line: {}", run.describe()),
+    }
+}
+
+/// Runs Debian's kcat with `args`, feeding `stdin` (if any), killed after
+/// [`KCAT_TIMEOUT`]. No assertion on the exit status.
+pub fn kcat(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let peers = peers();
+    let mut cmd = Command::new(&peers.kcat);
+    cmd.args(args);
+    let f = run_timeout(cmd, stdin, KCAT_TIMEOUT);
+    eprintln!(
+        "kcat {} -> {}{} in {:.1?}",
+        args.join(" "),
+        f.output.status,
+        if f.timed_out { " (TIMED OUT)" } else { "" },
+        f.elapsed
+    );
+    f.output
+}
+
+/// A unique-enough name for topics and groups within one test process.
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `json[key]` as u64, panicking with the whole object if it is not one.
+pub fn get_u64(json: &serde_json::Value, key: &str) -> u64 {
+    json[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no integer {key:?} in {json}"))
+}
