@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 
 use crate::broker::{Broker, Identity};
 use crate::error::TopicError;
-use crate::group_stub::{GroupConfig, GroupCoordinator, GroupError};
+use crate::group::{GroupConfig, GroupCoordinator, GroupError};
 use crate::server::{serve, ServerOptions};
 use crate::topics::Topics;
 
@@ -91,15 +91,19 @@ impl Strait {
                 .await
                 .expect("opening topics does not panic")?
         };
-        let groups = GroupCoordinator::open(
-            GroupConfig {
+        let groups = {
+            let group_config = GroupConfig {
                 min_session_timeout: config.broker.group_min_session_timeout.duration(),
                 max_session_timeout: config.broker.group_max_session_timeout.duration(),
                 initial_rebalance_delay: config.broker.group_initial_rebalance_delay.duration(),
-                offsets_dir: data_dir.join("groups"),
-            },
-            Arc::clone(&pool),
-        )?;
+                ..GroupConfig::new(data_dir.join("groups"))
+            };
+            let pool = Arc::clone(&pool);
+            // Replaying the offsets log is blocking work.
+            tokio::task::spawn_blocking(move || GroupCoordinator::open(group_config, pool))
+                .await
+                .expect("opening the group coordinator does not panic")?
+        };
         let identity = Identity {
             host,
             port,

@@ -20,7 +20,6 @@ pub mod codec;
 pub mod error;
 pub mod frame;
 pub mod group;
-pub mod group_stub;
 pub mod launch;
 pub mod producers;
 pub mod server;

@@ -144,8 +144,12 @@ async fn connection(
             }
         }
         let (api, version, correlation_id) = (request.api, request.version, request.correlation_id);
-        match broker.handle(request).await {
-            Reply::Respond(body) => send(&mut writer, api, version, correlation_id, &body).await?,
+        tracing::trace!(%peer, ?request, "request");
+        match broker.handle(request, peer).await {
+            Reply::Respond(body) => {
+                tracing::trace!(%peer, ?body, "response");
+                send(&mut writer, api, version, correlation_id, &body).await?
+            }
             Reply::Silent => {}
             Reply::Close(why) => return Err(format!("{why} (client {client:?}, peer {peer})")),
         }

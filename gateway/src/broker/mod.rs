@@ -25,7 +25,7 @@ use kafka_protocol::ResponseError;
 use strait_config::Config;
 
 use crate::codec::Request;
-use crate::group_stub::GroupCoordinator;
+use crate::group::{ClientInfo, GroupCoordinator};
 use crate::producers::{PartitionProducers, ProducerIds};
 use crate::topics::Topics;
 use crate::versions;
@@ -115,8 +115,8 @@ impl Broker {
         &self.groups
     }
 
-    /// Answers one request.
-    pub async fn handle(&self, request: Request) -> Reply {
+    /// Answers one request from the client at `peer`.
+    pub async fn handle(&self, request: Request, peer: std::net::SocketAddr) -> Reply {
         let version = request.version;
         if let Some(refusal) = self.refuse_unsupported(&request) {
             return refusal;
@@ -153,7 +153,11 @@ impl Broker {
             }
             RequestKind::DescribeConfigs(req) => ResponseKind::DescribeConfigs(self.describe_configs(req)),
             RequestKind::JoinGroup(req) => {
-                ResponseKind::JoinGroup(self.groups.join_group(req, version).await)
+                let client = ClientInfo {
+                    client_id: request.client_id.clone().unwrap_or_default(),
+                    client_host: format!("/{}", peer.ip()),
+                };
+                ResponseKind::JoinGroup(self.groups.join_group(req, version, &client).await)
             }
             RequestKind::SyncGroup(req) => {
                 ResponseKind::SyncGroup(self.groups.sync_group(req, version).await)

@@ -60,10 +60,12 @@ use kafka_protocol::messages::describe_groups_response::{DescribedGroup, Describ
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
-use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::offset_fetch_response::{
-    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
-    OffsetFetchResponseTopics,
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{
     DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, GroupId,
@@ -213,6 +215,8 @@ struct State {
     closed: bool,
     compacting: bool,
     compactions: u64,
+    /// After a failed compaction, the log size to reach before trying again.
+    compact_retry_at: u64,
 }
 
 impl State {
@@ -312,7 +316,10 @@ fn millis(ms: i32) -> Duration {
 }
 
 /// Opens the log at `dir` after a failed compaction, and counts its entries.
-fn reopen(shared_dir: &std::path::Path, config: strait_spool::LogConfig) -> Result<(Partition, u64), GroupError> {
+fn reopen(
+    shared_dir: &std::path::Path,
+    config: strait_spool::LogConfig,
+) -> Result<(Partition, u64), GroupError> {
     offsets::recover_dirs(shared_dir)?;
     let log = Partition::open(shared_dir, config)?;
     let mut entries = 0;
@@ -377,6 +384,7 @@ impl GroupCoordinator {
                 closed: false,
                 compacting: false,
                 compactions,
+                compact_retry_at: 0,
             }),
             wake: Arc::clone(&wake),
             gate: tokio::sync::RwLock::new(()),
@@ -389,7 +397,12 @@ impl GroupCoordinator {
     }
 
     /// JoinGroup (v0-v9). Waits until the join round completes.
-    pub async fn join_group(&self, req: JoinGroupRequest, version: i16, client: &ClientInfo) -> JoinGroupResponse {
+    pub async fn join_group(
+        &self,
+        req: JoinGroupRequest,
+        version: i16,
+        client: &ClientInfo,
+    ) -> JoinGroupResponse {
         let member_id = req.member_id.to_string();
         let outcome = match self.join_now(req, version, client) {
             Reply::Now(outcome) => outcome,
@@ -409,7 +422,9 @@ impl GroupCoordinator {
         }
         let config = &self.shared.config;
         let session = millis(req.session_timeout_ms);
-        if req.session_timeout_ms < 0 || session < config.min_session_timeout || session > config.max_session_timeout
+        if req.session_timeout_ms < 0
+            || session < config.min_session_timeout
+            || session > config.max_session_timeout
         {
             return fail(ResponseError::InvalidSessionTimeout);
         }
@@ -566,7 +581,13 @@ impl GroupCoordinator {
                 st.gc(&group_id);
                 (None, results)
             } else {
-                (None, leaving.iter().map(|_| Err(ResponseError::UnknownMemberId)).collect())
+                (
+                    None,
+                    leaving
+                        .iter()
+                        .map(|_| Err(ResponseError::UnknownMemberId))
+                        .collect(),
+                )
             }
         };
         let mut resp = LeaveGroupResponse::default();
@@ -657,7 +678,11 @@ impl GroupCoordinator {
                             topic: topic.name.0.to_string(),
                             partition: p.partition_index,
                             offset: p.committed_offset,
-                            leader_epoch: if version >= 6 { p.committed_leader_epoch } else { -1 },
+                            leader_epoch: if version >= 6 {
+                                p.committed_leader_epoch
+                            } else {
+                                -1
+                            },
                             commit_timestamp: timestamp,
                             metadata: Some(metadata.to_string()),
                         });
@@ -669,7 +694,10 @@ impl GroupCoordinator {
                 } else {
                     let log = st.log.as_ref().expect("checked above");
                     let seq = st.offsets.begin();
-                    let append = self.shared.pool.append(log, offsets::encode_batch(&entries, timestamp));
+                    let append = self
+                        .shared
+                        .pool
+                        .append(log, offsets::encode_batch(&entries, timestamp));
                     Some((seq, entries, positions, append))
                 }
             }
@@ -727,7 +755,13 @@ impl GroupCoordinator {
     }
 
     fn maybe_compact(&self, st: &mut State) {
-        if st.compacting || st.closed || !st.offsets.needs_compaction(self.shared.config.compact_min_dead_entries) {
+        if st.compacting
+            || st.closed
+            || st.offsets.log_entries < st.compact_retry_at
+            || !st
+                .offsets
+                .needs_compaction(self.shared.config.compact_min_dead_entries)
+        {
             return;
         }
         st.compacting = true;
@@ -771,7 +805,8 @@ impl GroupCoordinator {
                                     p.partition_index = index;
                                     p.committed_offset = c.map_or(-1, |c| c.offset);
                                     p.committed_leader_epoch = c.map_or(-1, |c| c.leader_epoch);
-                                    p.metadata = Some(sb(c.and_then(|c| c.metadata.clone()).unwrap_or_default()));
+                                    p.metadata =
+                                        Some(sb(c.and_then(|c| c.metadata.clone()).unwrap_or_default()));
                                     p
                                 })
                                 .collect();
@@ -884,8 +919,9 @@ impl GroupCoordinator {
         } else {
             Vec::new()
         };
-        let classic_wanted =
-            version < 5 || req.types_filter.is_empty() || req.types_filter.iter().any(|t| t.eq_ignore_ascii_case("classic"));
+        let classic_wanted = version < 5
+            || req.types_filter.is_empty()
+            || req.types_filter.iter().any(|t| t.eq_ignore_ascii_case("classic"));
         if !classic_wanted {
             return resp;
         }
@@ -919,16 +955,17 @@ impl GroupCoordinator {
         let gate = self.shared.gate.read().await;
         let mut results: Vec<(GroupId, Option<ResponseError>)> = Vec::new();
         let pending = {
-            let mut st = self.shared.lock();
+            let mut guard = self.shared.lock();
+            let st = &mut *guard;
             let mut deleting = Vec::new();
             for id in req.groups_names {
                 let name = id.0.to_string();
                 let error = if st.closed || st.log.is_none() {
                     Some(ResponseError::CoordinatorNotAvailable)
                 } else {
-                    match st.groups.get(&name) {
+                    match st.groups.get(&name).map(|g| g.state) {
                         None => Some(ResponseError::GroupIdNotFound),
-                        Some(g) if g.state != GroupState::Empty => Some(ResponseError::NonEmptyGroup),
+                        Some(state) if state != GroupState::Empty => Some(ResponseError::NonEmptyGroup),
                         Some(_) => {
                             st.groups.remove(&name);
                             if st.offsets.has_group(&name) || st.offsets.has_inflight() {
@@ -958,7 +995,9 @@ impl GroupCoordinator {
                 Err(e) => {
                     tracing::warn!(error = %e, "writing group deletions failed");
                     for entry in entries {
-                        let Entry::DeleteGroup { group } = entry else { continue };
+                        let Entry::DeleteGroup { group } = entry else {
+                            continue;
+                        };
                         if st.offsets.has_group(&group) && !st.groups.contains_key(&group) {
                             st.groups.insert(group.clone(), Group::new(group.clone()));
                         }
@@ -991,17 +1030,18 @@ impl GroupCoordinator {
     pub async fn delete_topic_offsets(&self, topic: &str) {
         let gate = self.shared.gate.read().await;
         let pending = {
-            let mut st = self.shared.lock();
+            let mut guard = self.shared.lock();
+            let st = &mut *guard;
             match &st.log {
                 Some(log) if !st.closed && (st.offsets.has_topic(topic) || st.offsets.has_inflight()) => {
                     let entries = vec![Entry::DeleteTopic {
                         topic: topic.to_string(),
                     }];
+                    let seq = st.offsets.begin();
                     let append = self
                         .shared
                         .pool
                         .append(log, offsets::encode_batch(&entries, offsets::now_ms()));
-                    let seq = st.offsets.begin();
                     Some((seq, entries, append))
                 }
                 _ => None,
@@ -1062,6 +1102,9 @@ impl GroupCoordinator {
     }
 }
 
+/// Committed offsets per topic, per partition (None = no commit).
+type Fetched<'a> = Vec<(StrBytes, Vec<(i32, Option<&'a Committed>)>)>;
+
 /// Kafka's OffsetCommit membership checks.
 fn validate_commit(
     group: Option<&Group>,
@@ -1089,11 +1132,7 @@ fn validate_commit(
 
 /// The committed offsets asked for: per topic, per partition (None = no
 /// commit). `asked` None means every committed partition.
-fn fetch<'a>(
-    store: &'a OffsetStore,
-    group: &str,
-    asked: Option<Vec<(StrBytes, Vec<i32>)>>,
-) -> Vec<(StrBytes, Vec<(i32, Option<&'a Committed>)>)> {
+fn fetch<'a>(store: &'a OffsetStore, group: &str, asked: Option<Vec<(StrBytes, Vec<i32>)>>) -> Fetched<'a> {
     match asked {
         Some(topics) => topics
             .into_iter()
@@ -1106,10 +1145,12 @@ fn fetch<'a>(
             })
             .collect(),
         None => {
-            let mut out: Vec<(StrBytes, Vec<(i32, Option<&Committed>)>)> = Vec::new();
+            let mut out: Fetched<'_> = Vec::new();
             for ((topic, partition), c) in store.group(group).into_iter().flatten() {
                 match out.last_mut() {
-                    Some((name, partitions)) if name.as_str() == topic => partitions.push((*partition, Some(c))),
+                    Some((name, partitions)) if name.as_str() == topic => {
+                        partitions.push((*partition, Some(c)))
+                    }
                     _ => out.push((sb(topic.clone()), vec![(*partition, Some(c))])),
                 }
             }
@@ -1165,22 +1206,26 @@ async fn compact_online(shared: Arc<Shared>) {
     let config = shared.log_config();
     let live = entries.len() as u64;
     tracing::info!(dir = %dir.display(), live, "compacting the offsets log");
-    let result = tokio::task::spawn_blocking(move || match offsets::compact_dir(&dir, config.clone(), &entries, &log) {
-        Ok(fresh) => Ok((fresh, live)),
-        Err(e) => {
-            tracing::warn!(error = %e, "compacting the offsets log failed; reopening it");
-            let _ = log.close();
-            drop(log);
-            reopen(&dir, config)
+    let result = tokio::task::spawn_blocking(move || {
+        match offsets::compact_dir(&dir, config.clone(), &entries, &log) {
+            Ok(fresh) => Ok((fresh, live, true)),
+            Err(e) => {
+                tracing::warn!(error = %e, "compacting the offsets log failed; reopening it");
+                let _ = log.close();
+                drop(log);
+                reopen(&dir, config).map(|(log, entries)| (log, entries, false))
+            }
         }
     })
     .await;
     let mut st = shared.lock();
     st.compacting = false;
     match result {
-        Ok(Ok((fresh, entries))) => {
-            if entries == live {
+        Ok(Ok((fresh, entries, compacted))) => {
+            if compacted {
                 st.compactions += 1;
+            } else {
+                st.compact_retry_at = entries.saturating_mul(2);
             }
             st.log = Some(fresh);
             st.offsets.log_entries = entries;
