@@ -109,12 +109,18 @@ impl Strait {
             port,
             cluster_id,
         };
-        let broker = Broker::new(config, identity, topics, groups, &data_dir).map_err(|source| {
-            StartError::DataDir {
-                path: data_dir.clone(),
-                source,
-            }
-        })?;
+        let broker = {
+            // Rebuilding producer state reads every partition's batch
+            // headers: blocking work.
+            let (config, dir) = (config.clone(), data_dir.clone());
+            tokio::task::spawn_blocking(move || Broker::new(&config, identity, topics, groups, &dir))
+                .await
+                .expect("assembling the broker does not panic")
+                .map_err(|source| StartError::DataDir {
+                    path: data_dir.clone(),
+                    source,
+                })?
+        };
         let options = ServerOptions {
             max_connections: config.server.max_connections as usize,
             max_frame_bytes: config.server.max_frame_bytes.bytes() as usize,

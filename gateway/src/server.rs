@@ -72,8 +72,10 @@ pub async fn serve(
         let stop = stop_rx.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(why) = connection(stream, peer, &broker, &options, stop).await {
-                tracing::warn!(%peer, "closing connection: {why}");
+            match connection(stream, peer, &broker, &options, stop).await {
+                Ok(()) => {}
+                Err(why) if why == CLIENT_GONE => tracing::debug!(%peer, "{why}"),
+                Err(why) => tracing::warn!(%peer, "closing connection: {why}"),
             }
         });
     }
@@ -164,11 +166,25 @@ async fn send(
     body: &ResponseKind,
 ) -> Result<(), String> {
     let frame = encode_response(api, version, correlation_id, body)?;
-    write_frame(writer, frame)
-        .await
-        .map_err(|e| format!("writing a response: {e}"))?;
-    writer
-        .flush()
-        .await
-        .map_err(|e| format!("writing a response: {e}"))
+    let written = match write_frame(writer, frame).await {
+        Ok(()) => writer.flush().await,
+        Err(e) => Err(e),
+    };
+    match written {
+        Ok(()) => Ok(()),
+        // The client hung up with a request in flight (as clients do when
+        // they close): nothing to warn about.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            Err(CLIENT_GONE.to_owned())
+        }
+        Err(e) => Err(format!("writing a response: {e}")),
+    }
 }
+
+/// The reason given when the client closed its end first.
+const CLIENT_GONE: &str = "client closed the connection";

@@ -86,6 +86,8 @@ def main(t0):
     partitions, offsets = {}, {}
     for part, off, _ in delivered:
         partitions[str(part)] = partitions.get(str(part), 0) + 1
+        if off is None or off < 0:
+            continue  # acks=0: the broker names no offset
         lo, hi = offsets.get(str(part), [off, off])
         offsets[str(part)] = [min(lo, off), max(hi, off)]
     result = {

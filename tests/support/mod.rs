@@ -69,6 +69,7 @@ fn install_peers() -> Result<Peers, String> {
     let root = repo_root();
     let script = root.join("scripts/peers");
     let out = Command::new(&script)
+        .env_remove("LD_LIBRARY_PATH")
         .current_dir(&root)
         .stdin(Stdio::null())
         .output()
@@ -240,6 +241,9 @@ impl Tansu {
             let url = format!("tcp://127.0.0.1:{port}");
             let (out, err) = open_log(&log);
             let mut cmd = Command::new(&peers.tansu);
+            // cargo test points LD_LIBRARY_PATH at the rdkafka crate's
+            // librdkafka build; peers must load their own.
+            cmd.env_remove("LD_LIBRARY_PATH");
             cmd.arg("broker")
                 .args(["--listener-url", &url, "--advertised-listener-url", &url])
                 .args(["--storage-engine", "memory://tansu/"])
@@ -585,6 +589,7 @@ pub fn try_client(script: &str, args: &[&str]) -> ClientRun {
     let path = peers.clients.join(script);
     assert!(path.exists(), "no client script {}", path.display());
     let mut cmd = Command::new(&peers.python);
+    cmd.env_remove("LD_LIBRARY_PATH");
     cmd.arg(&path)
         .args(args)
         .current_dir(&peers.clients)
@@ -631,7 +636,9 @@ pub fn run_client(script: &str, args: &[&str]) -> serde_json::Value {
 pub fn kcat(args: &[&str], stdin: Option<&[u8]>) -> Output {
     let peers = peers();
     let mut cmd = Command::new(&peers.kcat);
+    cmd.env_remove("LD_LIBRARY_PATH");
     cmd.args(args);
+    system_librdkafka(&mut cmd);
     let f = run_timeout(cmd, stdin, KCAT_TIMEOUT);
     eprintln!(
         "kcat {} -> {}{} in {:.1?}",
@@ -641,6 +648,14 @@ pub fn kcat(args: &[&str], stdin: Option<&[u8]>) -> Output {
         f.elapsed
     );
     f.output
+}
+
+/// Makes kcat load Debian's librdkafka (2.0.2). `cargo test` puts the
+/// build directories of native dependencies on `LD_LIBRARY_PATH`, and the
+/// rdkafka crate's build leaves a `librdkafka.so.1` (2.12, no zstd) there:
+/// inherited, it silently replaces the system library under kcat.
+fn system_librdkafka(cmd: &mut Command) {
+    cmd.env_remove("LD_LIBRARY_PATH");
 }
 
 /// A unique-enough name for topics and groups within one test process.
@@ -659,4 +674,202 @@ pub fn get_u64(json: &serde_json::Value, key: &str) -> u64 {
     json[key]
         .as_u64()
         .unwrap_or_else(|| panic!("no integer {key:?} in {json}"))
+}
+
+/// Runs Debian's kcat like [`kcat`], but killed after `timeout` instead of
+/// [`KCAT_TIMEOUT`]. Returns what happened (no assertion) and whether it
+/// timed out.
+pub fn kcat_timeout(args: &[&str], stdin: Option<&[u8]>, timeout: Duration) -> (Output, bool) {
+    let peers = peers();
+    let mut cmd = Command::new(&peers.kcat);
+    cmd.env_remove("LD_LIBRARY_PATH");
+    cmd.args(args);
+    system_librdkafka(&mut cmd);
+    let f = run_timeout(cmd, stdin, timeout);
+    eprintln!(
+        "kcat {} -> {}{} in {:.1?}",
+        args.join(" "),
+        f.output.status,
+        if f.timed_out { " (TIMED OUT)" } else { "" },
+        f.elapsed
+    );
+    (f.output, f.timed_out)
+}
+
+/// The `strait` binary under test (for `strait spool verify|dump`).
+pub fn strait_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_strait"))
+}
+
+/// A client script running in the background (see [`spawn_client`]): its
+/// stdout lines are collected as they arrive. Killed on drop.
+#[derive(Debug)]
+pub struct BackgroundClient {
+    child: Option<Child>,
+    /// `script arg...`, for messages.
+    pub command: String,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    readers: Vec<thread::JoinHandle<()>>,
+    status: Option<ExitStatus>,
+    started: Instant,
+}
+
+/// Starts `tests/clients/<script>` with the venv's Python in the background,
+/// stdout read line by line (see [`BackgroundClient::lines`]). It is killed
+/// when the handle drops, and after [`CLIENT_TIMEOUT`] by
+/// [`BackgroundClient::wait`].
+pub fn spawn_client(script: &str, args: &[&str]) -> BackgroundClient {
+    use std::io::BufRead;
+    use std::sync::{Arc, Mutex};
+    let peers = peers();
+    let path = peers.clients.join(script);
+    assert!(path.exists(), "no client script {}", path.display());
+    let mut child = Command::new(&peers.python)
+        .env_remove("LD_LIBRARY_PATH")
+        .arg(&path)
+        .args(args)
+        .current_dir(&peers.clients)
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {}: {e}", path.display()));
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let out_pipe = child.stdout.take().unwrap();
+    let mut err_pipe = child.stderr.take().unwrap();
+    let l = Arc::clone(&lines);
+    let out_reader = thread::spawn(move || {
+        for line in std::io::BufReader::new(out_pipe).lines() {
+            match line {
+                Ok(line) => l.lock().unwrap().push(line),
+                Err(_) => break,
+            }
+        }
+    });
+    let e = Arc::clone(&stderr);
+    let err_reader = thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        loop {
+            match err_pipe.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => e.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n])),
+            }
+        }
+    });
+    let command = format!("{script} {}", args.join(" "));
+    eprintln!("client (background): {command}");
+    BackgroundClient {
+        child: Some(child),
+        command,
+        lines,
+        stderr,
+        readers: vec![out_reader, err_reader],
+        status: None,
+        started: Instant::now(),
+    }
+}
+
+impl BackgroundClient {
+    /// The stdout lines printed so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// What it printed on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Polls until `f(lines so far)` holds (true) or `timeout` passes or the
+    /// process exits without it holding (false).
+    pub fn wait_for(&mut self, timeout: Duration, f: impl Fn(&[String]) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if f(&self.lines.lock().unwrap()) {
+                return true;
+            }
+            let exited = match self.child.as_mut() {
+                Some(c) => c.try_wait().ok().flatten().is_some(),
+                None => true,
+            };
+            if exited {
+                // Let the reader catch the last lines.
+                thread::sleep(Duration::from_millis(100));
+                return f(&self.lines.lock().unwrap());
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits up to `timeout` for the exit; `None` if it is still running.
+    /// Once it exited, stdout and stderr are read to their end.
+    pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        if self.status.is_some() {
+            return self.status;
+        }
+        let deadline = Instant::now() + timeout.min(CLIENT_TIMEOUT);
+        let child = self.child.as_mut()?;
+        loop {
+            if let Some(status) = child.try_wait().expect("waiting for client") {
+                self.status = Some(status);
+                break;
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        self.status
+    }
+
+    /// SIGKILL and reap (no-op if it already exited).
+    pub fn kill(&mut self) -> Option<ExitStatus> {
+        if let Some(c) = self.child.as_mut() {
+            if self.status.is_none() {
+                let _ = c.kill();
+                self.status = c.wait().ok();
+            }
+        }
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        self.status
+    }
+
+    /// Seconds since it started.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// A description for assertion messages: command, status, stderr tail,
+    /// last stdout lines.
+    pub fn describe(&self) -> String {
+        let lines = self.lines();
+        let last: Vec<&String> = lines.iter().rev().take(5).collect();
+        format!(
+            "{} -> {:?} after {:.1?}, {} stdout lines\n--- stderr ---\n{}\n--- last stdout lines ---\n{}",
+            self.command,
+            self.status,
+            self.started.elapsed(),
+            lines.len(),
+            tail(&self.stderr(), 4000),
+            last.into_iter().rev().cloned().collect::<Vec<_>>().join("\n")
+        )
+    }
+}
+
+impl Drop for BackgroundClient {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
