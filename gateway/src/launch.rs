@@ -151,19 +151,36 @@ impl Strait {
             options,
         } = self;
         serve(listener, Arc::clone(&broker), options, shutdown).await?;
-        broker.groups().shutdown().await;
-        drop(broker);
-        let closed = tokio::task::spawn_blocking(move || match Arc::try_unwrap(pool) {
-            Ok(pool) => pool.shutdown().map_err(|e| e.to_string()),
-            Err(_) => Err("the I/O pool is still in use".to_owned()),
+        // Every connection task has ended, so this is the last handle on
+        // the broker: close every partition (sync, persist the recovery
+        // point), then stop the I/O threads.
+        let broker =
+            Arc::try_unwrap(broker).map_err(|_| std::io::Error::other("the broker is still in use"))?;
+        let closed = tokio::task::spawn_blocking(move || -> Result<(), String> {
+            let mut first = Ok(());
+            for topic in broker.topics().all() {
+                for p in &topic.partitions {
+                    if let Err(e) = p.log.close() {
+                        tracing::error!(partition = %p.log.dir().display(), error = %e, "closing failed");
+                        first = first.and(Err(e.to_string()));
+                    }
+                }
+            }
+            drop(broker);
+            if let Ok(pool) = Arc::try_unwrap(pool) {
+                pool.shutdown().map_err(|e| e.to_string())?;
+            }
+            first
         })
         .await
         .expect("closing the spool does not panic");
         match closed {
-            Ok(()) => tracing::info!("all partitions synced; bye"),
-            Err(e) => tracing::error!(error = %e, "closing the spool failed"),
+            Ok(()) => {
+                tracing::info!("all partitions synced; bye");
+                Ok(())
+            }
+            Err(e) => Err(std::io::Error::other(format!("closing the spool: {e}"))),
         }
-        Ok(())
     }
 }
 

@@ -49,8 +49,11 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let limit = Arc::new(Semaphore::new(options.max_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
+        // Reap finished connections so the set stays small.
+        while connections.try_join_next().is_some() {}
         let permit = tokio::select! {
             _ = &mut shutdown => break,
             permit = Arc::clone(&limit).acquire_owned() => permit.expect("the semaphore is never closed"),
@@ -70,7 +73,7 @@ pub async fn serve(
         let broker = Arc::clone(&broker);
         let options = options.clone();
         let stop = stop_rx.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let _permit = permit;
             match connection(stream, peer, &broker, &options, stop).await {
                 Ok(()) => {}
@@ -82,12 +85,18 @@ pub async fn serve(
     drop(listener);
     tracing::info!("shutting down: no new connections, finishing requests in flight");
     let _ = stop_tx.send(true);
-    let all = options.max_connections as u32;
-    if tokio::time::timeout(options.shutdown_grace, limit.acquire_many(all))
-        .await
-        .is_err()
-    {
-        tracing::warn!("connections still busy after the shutdown grace period; closing them");
+    broker.begin_shutdown().await;
+    let drained = tokio::time::timeout(options.shutdown_grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            connections = connections.len(),
+            "connections still busy after the shutdown grace period; closing them"
+        );
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
     }
     Ok(())
 }

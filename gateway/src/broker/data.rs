@@ -166,17 +166,23 @@ impl Broker {
             for w in waits.iter_mut() {
                 w.as_mut().enable();
             }
+            let stopping = self.stopping.notified();
+            tokio::pin!(stopping);
+            stopping.as_mut().enable();
             let (response, bytes, errors) = self.fetch_once(&req, version).await;
             if bytes >= req.min_bytes.max(0) as usize
                 || errors
                 || waits.is_empty()
                 || Instant::now() >= deadline
+                || self.is_stopping()
             {
                 return response;
             }
             tokio::select! {
                 _ = select_all(waits) => {}
                 _ = tokio::time::sleep_until(deadline) => {}
+                // Shutting down: answer with what there is now.
+                _ = stopping => {}
             }
         }
     }
@@ -230,6 +236,15 @@ impl Broker {
                     .read(log, fp.fetch_offset as u64, limit.max(1))
                     .await
                 {
+                    // Only the first partition with data may go over the
+                    // limits (by one batch, KIP-74); later partitions get
+                    // nothing rather than more than what is left.
+                    Ok(read) if total > 0 && read.records.len() > limit => {
+                        out.partitions.push(
+                            data.with_high_watermark(read.high_watermark as i64)
+                                .with_last_stable_offset(read.high_watermark as i64),
+                        );
+                    }
                     Ok(read) => {
                         total += read.records.len();
                         budget = budget.saturating_sub(read.records.len());
@@ -252,7 +267,7 @@ impl Broker {
         (response, total, errors)
     }
 
-    pub(super) fn list_offsets(&self, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+    pub(super) async fn list_offsets(&self, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
         let mut response = ListOffsetsResponse::default();
         for topic in req.topics {
             let found = self.topics.get(&topic.name.0);
@@ -273,7 +288,15 @@ impl Broker {
                     -1 => answer.with_offset(log.high_watermark() as i64),
                     -2 => answer.with_offset(log.log_start_offset() as i64),
                     ts if ts >= 0 => match log.offset_for_timestamp(ts) {
-                        Some((offset, timestamp)) => {
+                        Some((base, max_timestamp)) => {
+                            // The spool finds the batch; the record inside it
+                            // is found here (uncompressed batches only: a
+                            // compressed batch answers with its first offset).
+                            let exact = match self.topics.pool().read(log, base, 1).await {
+                                Ok(read) => first_record_at_or_after(&read.records, ts),
+                                Err(_) => None,
+                            };
+                            let (offset, timestamp) = exact.unwrap_or((base, max_timestamp));
                             answer.with_offset(offset as i64).with_timestamp(timestamp)
                         }
                         None => answer,
@@ -340,6 +363,44 @@ fn error_produce(index: i32, code: ResponseError, message: Option<&str>) -> Part
         .with_error_message(message.map(s))
 }
 
+/// In an uncompressed batch (the first of `batch`), the offset and
+/// timestamp of the first record whose timestamp is at least `target`.
+fn first_record_at_or_after(batch: &[u8], target: i64) -> Option<(u64, i64)> {
+    let h = BatchHeader::parse(batch).ok()?;
+    if h.compression() != strait_spool::batch::Compression::None || h.size() > batch.len() {
+        return None;
+    }
+    if h.log_append_time() {
+        return (h.max_timestamp >= target).then_some((h.base_offset as u64, h.max_timestamp));
+    }
+    let mut rest = &batch[strait_spool::batch::HEADER_LEN..h.size()];
+    for _ in 0..h.record_count {
+        let length = varint(&mut rest)?;
+        let record = rest.get(..usize::try_from(length).ok()?)?;
+        rest = &rest[record.len()..];
+        let mut fields = record.get(1..)?; // skip the attributes byte
+        let timestamp = h.base_timestamp.checked_add(varint(&mut fields)?)?;
+        let offset_delta = varint(&mut fields)?;
+        if timestamp >= target {
+            return Some(((h.base_offset + offset_delta) as u64, timestamp));
+        }
+    }
+    None
+}
+
+/// Reads a zigzag varint (Kafka's record encoding) off the front of `buf`.
+fn varint(buf: &mut &[u8]) -> Option<i64> {
+    let mut value: u64 = 0;
+    for (i, &byte) in buf.iter().enumerate().take(10) {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            *buf = &buf[i + 1..];
+            return Some((value >> 1) as i64 ^ -((value & 1) as i64));
+        }
+    }
+    None
+}
+
 /// The headers of the batches in a produce payload, as far as they parse
 /// (the spool validates everything, CRCs included, when appending).
 fn headers_of(records: &[u8]) -> Vec<BatchHeader> {
@@ -353,4 +414,22 @@ fn headers_of(records: &[u8]) -> Vec<BatchHeader> {
         headers.push(h);
     }
     headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strait_spool::batch::build;
+
+    #[test]
+    fn the_record_not_the_batch_answers_a_timestamp_query() {
+        // Records at 100, 101, 102, 103 (build spaces them 1 ms apart).
+        let mut batch = build::batch(100, &[b"a", b"b", b"c", b"d"]);
+        strait_spool::batch::stamp(&mut batch, 40, 0);
+        assert_eq!(first_record_at_or_after(&batch, 0), Some((40, 100)));
+        assert_eq!(first_record_at_or_after(&batch, 102), Some((42, 102)));
+        assert_eq!(first_record_at_or_after(&batch, 103), Some((43, 103)));
+        assert_eq!(first_record_at_or_after(&batch, 104), None);
+        assert_eq!(first_record_at_or_after(&batch[..30], 0), None);
+    }
 }

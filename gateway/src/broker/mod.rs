@@ -73,6 +73,10 @@ pub struct Broker {
     /// One idempotent append at a time per partition, so that sequence
     /// checks and appends happen in the same order.
     append_locks: Mutex<HashMap<PartitionKey, AppendLock>>,
+    /// Set when shutdown begins; long polls answer at once.
+    stopping_flag: std::sync::atomic::AtomicBool,
+    /// Wakes long polls when shutdown begins.
+    stopping: tokio::sync::Notify,
 }
 
 /// Wraps a string for a response.
@@ -100,9 +104,25 @@ impl Broker {
             producer_ids,
             sequences: Mutex::new(HashMap::new()),
             append_locks: Mutex::new(HashMap::new()),
+            stopping_flag: std::sync::atomic::AtomicBool::new(false),
+            stopping: tokio::sync::Notify::new(),
         };
         broker.rebuild_producer_state();
         Ok(broker)
+    }
+
+    /// Begins shutdown: long polls (Fetch) answer at once with what they
+    /// have, and requests waiting in a group rebalance are answered with a
+    /// retriable error, so connections finish their requests promptly.
+    pub async fn begin_shutdown(&self) {
+        self.stopping_flag
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.stopping.notify_waiters();
+        self.groups.shutdown().await;
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping_flag.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The topic registry.
@@ -131,7 +151,7 @@ impl Broker {
                 }
             }
             RequestKind::Fetch(req) => ResponseKind::Fetch(self.fetch(req, version).await),
-            RequestKind::ListOffsets(req) => ResponseKind::ListOffsets(self.list_offsets(req, version)),
+            RequestKind::ListOffsets(req) => ResponseKind::ListOffsets(self.list_offsets(req, version).await),
             RequestKind::OffsetForLeaderEpoch(req) => {
                 ResponseKind::OffsetForLeaderEpoch(self.offset_for_leader_epoch(req))
             }
