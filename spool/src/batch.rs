@@ -301,6 +301,102 @@ fn i32_at(buf: &[u8], at: usize) -> i32 {
     i32::from_be_bytes(buf[at..at + 4].try_into().expect("4 bytes"))
 }
 
+/// One record of an uncompressed batch (see [`records`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// Timestamp minus the batch's base timestamp.
+    pub timestamp_delta: i64,
+    /// Offset minus the batch's base offset.
+    pub offset_delta: i64,
+    /// The key, `None` when null.
+    pub key: Option<&'a [u8]>,
+    /// The value, `None` when null.
+    pub value: Option<&'a [u8]>,
+}
+
+/// Why [`records`] cannot decode a batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// The header does not parse.
+    #[error("{0}")]
+    Header(#[from] BatchError),
+    /// Compressed records are not decoded here.
+    #[error("compressed batch ({0})")]
+    Compressed(Compression),
+    /// A record's framing does not fit the batch.
+    #[error("record {index}: {what}")]
+    Malformed {
+        /// Which record.
+        index: i32,
+        /// What does not fit.
+        what: &'static str,
+    },
+}
+
+/// Decodes the records of the uncompressed batch at the start of `batch`
+/// (Kafka's v2 record framing: zigzag varints; headers are skipped). The
+/// spool itself never needs this; the broker does for timestamp lookups and
+/// its own internal logs.
+pub fn records(batch: &[u8]) -> Result<Vec<Record<'_>>, RecordError> {
+    let header = BatchHeader::parse(batch)?;
+    if header.compression() != Compression::None {
+        return Err(RecordError::Compressed(header.compression()));
+    }
+    let mut rest = batch
+        .get(HEADER_LEN..header.size())
+        .ok_or(BatchError::Truncated {
+            needed: header.size(),
+            available: batch.len(),
+        })?;
+    let mut out = Vec::with_capacity((header.record_count.max(0) as usize).min(rest.len()));
+    for index in 0..header.record_count {
+        let bad = |what| RecordError::Malformed { index, what };
+        let length = read_varint(&mut rest).ok_or(bad("bad length"))?;
+        let mut record = usize::try_from(length)
+            .ok()
+            .and_then(|l| rest.get(..l))
+            .ok_or(bad("overruns the batch"))?;
+        rest = &rest[record.len()..];
+        record = record.get(1..).ok_or(bad("empty"))?; // attributes
+        let timestamp_delta = read_varint(&mut record).ok_or(bad("bad timestamp delta"))?;
+        let offset_delta = read_varint(&mut record).ok_or(bad("bad offset delta"))?;
+        let key = read_bytes(&mut record).ok_or(bad("bad key"))?;
+        let value = read_bytes(&mut record).ok_or(bad("bad value"))?;
+        out.push(Record {
+            timestamp_delta,
+            offset_delta,
+            key,
+            value,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads a length-prefixed byte field (length -1 is null) off the front of
+/// `buf`; `None` if it does not fit.
+fn read_bytes<'a>(buf: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
+    let len = read_varint(buf)?;
+    if len < 0 {
+        return Some(None);
+    }
+    let field = buf.get(..usize::try_from(len).ok()?)?;
+    *buf = &buf[field.len()..];
+    Some(Some(field))
+}
+
+/// Reads a zigzag varint (at most 10 bytes) off the front of `buf`.
+fn read_varint(buf: &mut &[u8]) -> Option<i64> {
+    let mut value: u64 = 0;
+    for (i, &byte) in buf.iter().enumerate().take(10) {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            *buf = &buf[i + 1..];
+            return Some((value >> 1) as i64 ^ -((value & 1) as i64));
+        }
+    }
+    None
+}
+
 /// Builds valid record batches for tests, benchmarks and fuzz seeds. The
 /// records are encoded as Kafka does (varint framing, no headers), so real
 /// clients can decode them.
@@ -447,6 +543,33 @@ mod tests {
         let mut bad = good.clone();
         bad[57..61].copy_from_slice(&5i32.to_be_bytes());
         check(&bad, |e| matches!(e, BatchError::RecordCount { count: 5, .. }));
+    }
+
+    #[test]
+    fn records_decode_what_build_encodes() {
+        let buf = build::batch(50, &[b"a", b"", b"ccc"]);
+        let decoded = records(&buf).unwrap();
+        assert_eq!(decoded.len(), 3);
+        assert_eq!(
+            decoded[2],
+            Record {
+                timestamp_delta: 2,
+                offset_delta: 2,
+                key: None,
+                value: Some(&b"ccc"[..])
+            }
+        );
+        assert_eq!(decoded[1].value, Some(&b""[..]));
+        assert!(matches!(
+            records(&buf[..buf.len() - 2]),
+            Err(RecordError::Header(_) | RecordError::Malformed { .. })
+        ));
+        let mut gzip = buf.clone();
+        gzip[22] |= 1;
+        assert_eq!(
+            records(&gzip).unwrap_err(),
+            RecordError::Compressed(Compression::Gzip)
+        );
     }
 
     #[test]

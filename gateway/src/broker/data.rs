@@ -367,38 +367,13 @@ fn error_produce(index: i32, code: ResponseError, message: Option<&str>) -> Part
 /// timestamp of the first record whose timestamp is at least `target`.
 fn first_record_at_or_after(batch: &[u8], target: i64) -> Option<(u64, i64)> {
     let h = BatchHeader::parse(batch).ok()?;
-    if h.compression() != strait_spool::batch::Compression::None || h.size() > batch.len() {
-        return None;
-    }
     if h.log_append_time() {
         return (h.max_timestamp >= target).then_some((h.base_offset as u64, h.max_timestamp));
     }
-    let mut rest = &batch[strait_spool::batch::HEADER_LEN..h.size()];
-    for _ in 0..h.record_count {
-        let length = varint(&mut rest)?;
-        let record = rest.get(..usize::try_from(length).ok()?)?;
-        rest = &rest[record.len()..];
-        let mut fields = record.get(1..)?; // skip the attributes byte
-        let timestamp = h.base_timestamp.checked_add(varint(&mut fields)?)?;
-        let offset_delta = varint(&mut fields)?;
-        if timestamp >= target {
-            return Some(((h.base_offset + offset_delta) as u64, timestamp));
-        }
-    }
-    None
-}
-
-/// Reads a zigzag varint (Kafka's record encoding) off the front of `buf`.
-fn varint(buf: &mut &[u8]) -> Option<i64> {
-    let mut value: u64 = 0;
-    for (i, &byte) in buf.iter().enumerate().take(10) {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            *buf = &buf[i + 1..];
-            return Some((value >> 1) as i64 ^ -((value & 1) as i64));
-        }
-    }
-    None
+    strait_spool::batch::records(batch).ok()?.iter().find_map(|r| {
+        let timestamp = h.base_timestamp.checked_add(r.timestamp_delta)?;
+        (timestamp >= target).then_some(((h.base_offset + r.offset_delta) as u64, timestamp))
+    })
 }
 
 /// The headers of the batches in a produce payload, as far as they parse

@@ -30,7 +30,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use strait_spool::batch::{self, Batches, Compression, HEADER_LEN};
+use strait_spool::batch::{self, Batches};
 use strait_spool::{Durability, LogConfig, Partition};
 
 use super::GroupError;
@@ -187,59 +187,13 @@ impl Reader<'_> {
 }
 
 /// The values of the records of one uncompressed v2 batch, in order.
-///
-/// Record layout (Kafka's): varint length, then attributes (i8), varlong
-/// timestamp delta, varint offset delta, varint key length (-1 = null), key,
-/// varint value length (-1 = null), value, varint header count, headers.
 pub(crate) fn record_values(batch: &[u8]) -> Result<Vec<&[u8]>, String> {
-    let header = batch::BatchHeader::parse(batch).map_err(|e| e.to_string())?;
-    if header.compression() != Compression::None {
-        return Err(format!("compressed batch ({})", header.compression()));
-    }
-    let end = header.size().min(batch.len());
-    let mut pos = HEADER_LEN;
-    let mut values = Vec::with_capacity(header.record_count.max(0) as usize);
-    for i in 0..header.record_count {
-        let len = varint(batch, &mut pos)?;
-        let record_end = usize::try_from(len)
-            .ok()
-            .and_then(|l| pos.checked_add(l))
-            .filter(|&e| e <= end)
-            .ok_or_else(|| format!("record {i} overruns the batch"))?;
-        let body = &batch[..record_end];
-        let mut p = pos + 1; // attributes
-        varint(body, &mut p)?; // timestamp delta
-        varint(body, &mut p)?; // offset delta
-        let key_len = varint(body, &mut p)?;
-        if key_len > 0 {
-            p = p.saturating_add(key_len as usize);
-        }
-        let value_len = varint(body, &mut p)?;
-        if value_len < 0 {
-            return Err(format!("record {i} has a null value"));
-        }
-        let value_end = p
-            .checked_add(value_len as usize)
-            .filter(|&e| e <= record_end)
-            .ok_or_else(|| format!("record {i} value overruns the record"))?;
-        values.push(&batch[p..value_end]);
-        pos = record_end;
-    }
-    Ok(values)
-}
-
-/// Reads a zigzag varint (at most 10 bytes).
-fn varint(buf: &[u8], pos: &mut usize) -> Result<i64, String> {
-    let mut value: u64 = 0;
-    for i in 0..10 {
-        let byte = *buf.get(*pos).ok_or("varint runs past the record")?;
-        *pos += 1;
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
-        }
-    }
-    Err("varint longer than 10 bytes".into())
+    batch::records(batch)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.value.ok_or_else(|| format!("record {i} has a null value")))
+        .collect()
 }
 
 /// Encodes entries as one record batch.
