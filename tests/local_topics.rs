@@ -1,8 +1,8 @@
 //! End-to-end tests of `strait serve` as a Kafka broker for local spool
 //! topics (issue 3), against real clients: Debian's kcat (librdkafka 2.0.2),
-//! confluent-kafka (librdkafka 2.16), kafka-python and the rdkafka crate
-//! (librdkafka 2.12), plus raw protocol checks with the `kafka-protocol`
-//! crate.
+//! confluent-kafka (librdkafka 2.16), kafka-python, the rdkafka crate
+//! (librdkafka 2.12) and the Apache Kafka Java client (kafka-clients 3.9.2),
+//! plus raw protocol checks with the `kafka-protocol` crate.
 //!
 //! For every client: an 8-partition topic gets keyed records in each
 //! compression codec the client supports and every record is read back
@@ -415,12 +415,13 @@ fn check_both_members(what: &str, by_member: &[u64]) {
     );
 }
 
-/// The group-of-two scenario for a Python client: consume all, commit,
-/// SIGTERM + restart, produce more, resume from the commits.
-fn python_group_scenario(produce: &str, consume: &str) {
+/// The group-of-two scenario for a scripted client (Python or `java:`):
+/// consume all, commit, SIGTERM + restart, produce more, resume from the
+/// commits.
+fn client_group_scenario(produce: &str, consume: &str) {
     let (mut strait, _config) = group_strait();
     let b = strait.bootstrap();
-    let topic = unique(consume.trim_end_matches(".py"));
+    let topic = unique(&consume.trim_end_matches(".py").replace(':', "-"));
     let group = unique("group");
     ck_create(&b, &topic, PARTITIONS);
 
@@ -716,15 +717,15 @@ fn kcat_group_of_two_commits_and_resumes_after_restart() {
 
 #[test]
 fn confluent_kafka_produces_each_codec_and_reads_everything_back() {
-    python_codec_scenario("confluent-kafka", "ck_produce.py", "ck_consume.py", |b, topic| {
+    client_codec_scenario("confluent-kafka", "ck_produce.py", "ck_consume.py", |b, topic| {
         ck_create(b, topic, PARTITIONS)
     });
 }
 
-/// One Python client produces keyed records with every codec into a topic
+/// One scripted client produces keyed records with every codec into a topic
 /// that `create` made, then reads them all back without a group: each
 /// exactly once, in order, with per-partition counts matching the acks.
-fn python_codec_scenario(what: &str, produce: &str, consume: &str, create: impl Fn(&str, &str)) {
+fn client_codec_scenario(what: &str, produce: &str, consume: &str, create: impl Fn(&str, &str)) {
     let strait = Strait::start(&[]);
     let b = strait.bootstrap();
     let topic = unique(&format!("{}-codecs", &produce[..2]));
@@ -755,7 +756,7 @@ fn python_codec_scenario(what: &str, produce: &str, consume: &str, create: impl 
 
 #[test]
 fn confluent_kafka_group_of_two_commits_and_resumes_after_restart() {
-    python_group_scenario("ck_produce.py", "ck_consume.py");
+    client_group_scenario("ck_produce.py", "ck_consume.py");
 }
 
 #[test]
@@ -965,7 +966,7 @@ fn admin_scenario(script: &str, strait: &Strait, b: &str) {
 #[test]
 fn kafka_python_produces_each_codec_and_reads_everything_back() {
     // The topic is created with kafka-python's own admin client.
-    python_codec_scenario("kafka-python", "kp_produce.py", "kp_consume.py", |b, topic| {
+    client_codec_scenario("kafka-python", "kp_produce.py", "kp_consume.py", |b, topic| {
         let created = run_client(
             "kp_admin.py",
             &["--bootstrap", b, "create", "--topic", topic, "--partitions", "8"],
@@ -976,7 +977,7 @@ fn kafka_python_produces_each_codec_and_reads_everything_back() {
 
 #[test]
 fn kafka_python_group_of_two_commits_and_resumes_after_restart() {
-    python_group_scenario("kp_produce.py", "kp_consume.py");
+    client_group_scenario("kp_produce.py", "kp_consume.py");
 }
 
 #[test]
@@ -1002,6 +1003,72 @@ fn kafka_python_admin_creates_describes_and_deletes() {
     let strait = Strait::start(&[]);
     let b = strait.bootstrap();
     admin_scenario("kp_admin.py", &strait, &b);
+}
+
+// ---------------------------------------------------------------------------
+// The Apache Kafka Java client (kafka-clients 3.9.2), `tests/clients/JavaClient.java`
+
+fn java_create(b: &str, topic: &str) {
+    let created = run_client(
+        "java:admin",
+        &["--bootstrap", b, "create", "--topic", topic, "--partitions", "8"],
+    );
+    assert_eq!(created["ok"], true, "{created}");
+}
+
+#[test]
+fn java_client_produces_each_codec_and_reads_everything_back() {
+    client_codec_scenario("kafka-clients", "java:produce", "java:consume", java_create);
+}
+
+#[test]
+fn java_client_group_of_two_commits_and_resumes_after_restart() {
+    client_group_scenario("java:produce", "java:consume");
+}
+
+/// Java producers are idempotent by default (acks=all, no flag given): the
+/// log must show one producer id per producer with gapless sequences.
+#[test]
+fn java_client_idempotent_by_default_writes_each_record_once() {
+    let strait = Strait::start(&[]);
+    let b = strait.bootstrap();
+    let topic = unique("java-idem");
+    java_create(&b, &topic);
+    let mut counts = BTreeMap::new();
+    for (codec, start) in [("none", 0), ("zstd", 200)] {
+        add_counts(
+            &mut counts,
+            &py_produce(
+                "java:produce",
+                &b,
+                &topic,
+                codec,
+                start,
+                200,
+                &[
+                    "-X",
+                    "batch.size=200",
+                    "-X",
+                    "max.in.flight.requests.per.connection=5",
+                ],
+            ),
+        );
+    }
+    let expected: BTreeSet<String> = values("none", 0, 200)
+        .into_iter()
+        .chain(values("zstd", 200, 200))
+        .collect();
+    let consumed = py_consume_assign("java:consume", &b, &topic, 400);
+    check_exactly_once("Java idempotent", &consumed, &expected, &BTreeMap::new());
+    assert_eq!(consumed.per_partition(), counts);
+    check_idempotent_batches(&strait, &topic, 2);
+}
+
+#[test]
+fn java_client_admin_creates_describes_and_deletes() {
+    let strait = Strait::start(&[]);
+    let b = strait.bootstrap();
+    admin_scenario("java:admin", &strait, &b);
 }
 
 // ---------------------------------------------------------------------------

@@ -10,7 +10,9 @@
 //! - [`Strait`]: our own `strait serve` on a free loopback port with a
 //!   temporary data directory, with kill / stop / restart.
 //! - [`run_client`] / [`try_client`]: run a script from `tests/clients/` with
-//!   the venv's Python and parse the JSON line it prints last.
+//!   the venv's Python (or `java:produce|consume|admin`: the Java client
+//!   `tests/clients/JavaClient.java`, compiled once per process) and parse
+//!   the JSON line it prints last.
 //! - [`kcat`]: Debian's kcat (librdkafka 2.0.2), with a timeout.
 //!
 //! Every child process runs under a timeout and is killed when it expires.
@@ -49,6 +51,8 @@ pub struct Peers {
     pub tansu: PathBuf,
     /// `tests/clients/`, where the client scripts live.
     pub clients: PathBuf,
+    /// The Java client's jars (kafka-clients 3.9.2 and its runtime).
+    pub java_lib: PathBuf,
     /// What `scripts/peers` printed: the installed versions.
     pub versions: String,
 }
@@ -89,12 +93,14 @@ fn install_peers() -> Result<Peers, String> {
         kcat: peers.join("bin/kcat"),
         tansu: peers.join("bin/tansu"),
         clients: root.join("tests/clients"),
+        java_lib: peers.join("java/lib"),
         versions: stdout,
     };
     for (name, path) in [
         ("python (venv)", &p.python),
         ("kcat", &p.kcat),
         ("tansu", &p.tansu),
+        ("kafka-clients.jar", &p.java_lib.join("kafka-clients.jar")),
     ] {
         if !path.exists() {
             return Err(format!(
@@ -582,19 +588,80 @@ fn tail(s: &str, max: usize) -> &str {
     &s[i..]
 }
 
-/// Runs `tests/clients/<script>` with the venv's Python and returns whatever
-/// happened (no assertion). Killed after [`CLIENT_TIMEOUT`].
+/// `tests/clients/JavaClient.java` compiled against the peers' jars, once
+/// per test process, into a directory named by the source's hash (so test
+/// processes share it and an edit recompiles). Panics if javac fails.
+fn java_classes(peers: &Peers) -> PathBuf {
+    static CLASSES: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let compiled = CLASSES.get_or_init(|| {
+        use std::hash::{Hash, Hasher};
+        let source = peers.clients.join("JavaClient.java");
+        let text = fs::read(&source).map_err(|e| format!("{}: {e}", source.display()))?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let dir = base.join(format!("java-client-{:016x}", h.finish()));
+        if dir.join("JavaClient.class").exists() {
+            return Ok(dir);
+        }
+        // Compile aside, then rename: a concurrent process may win the race.
+        let tmp = base.join(format!("java-client-tmp-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        let out = Command::new("javac")
+            .arg("-d")
+            .arg(&tmp)
+            .arg("-cp")
+            .arg(peers.java_lib.join("*"))
+            .arg(&source)
+            .output()
+            .map_err(|e| format!("cannot run javac: {e} (run scripts/peers)"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "javac {} failed:\n{}",
+                source.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        if fs::rename(&tmp, &dir).is_err() {
+            let _ = fs::remove_dir_all(&tmp);
+        }
+        Ok(dir)
+    });
+    match compiled {
+        Ok(dir) => dir.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Runs `tests/clients/<script>` with the venv's Python, or for
+/// `java:<command>` the Java client with `<command>` as its first argument,
+/// and returns whatever happened (no assertion). Killed after
+/// [`CLIENT_TIMEOUT`].
 pub fn try_client(script: &str, args: &[&str]) -> ClientRun {
     let peers = peers();
-    let path = peers.clients.join(script);
-    assert!(path.exists(), "no client script {}", path.display());
-    let mut cmd = Command::new(&peers.python);
+    let mut cmd = if let Some(command) = script.strip_prefix("java:") {
+        let classes = java_classes(&peers);
+        let mut classpath = std::ffi::OsString::from(classes.as_os_str());
+        classpath.push(":");
+        classpath.push(peers.java_lib.join("*"));
+        let mut cmd = Command::new("java");
+        cmd.arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+            .arg("-cp")
+            .arg(classpath)
+            .arg("JavaClient")
+            .arg(command);
+        cmd
+    } else {
+        let path = peers.clients.join(script);
+        assert!(path.exists(), "no client script {}", path.display());
+        let mut cmd = Command::new(&peers.python);
+        cmd.arg(&path)
+            .env("PYTHONUNBUFFERED", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        cmd
+    };
     cmd.env_remove("LD_LIBRARY_PATH");
-    cmd.arg(&path)
-        .args(args)
-        .current_dir(&peers.clients)
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1");
+    cmd.args(args).current_dir(&peers.clients);
     let f = run_timeout(cmd, None, CLIENT_TIMEOUT);
     let stdout = String::from_utf8_lossy(&f.output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&f.output.stderr).into_owned();
