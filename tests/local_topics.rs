@@ -1909,6 +1909,94 @@ fn protocol_api_versions_v3_and_unknown_v99_fallback() {
     raw::check_metadata(&c.metadata(), strait.port());
 }
 
+/// `server.max_connections` and `server.request_timeout`: at the limit a
+/// new connection waits, unanswered, until one closes, and Strait logs it
+/// once; a request whose bytes stop arriving closes only its connection.
+#[test]
+fn protocol_connection_limit_and_request_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("strait.yaml");
+    std::fs::write(&path, "server:\n  max_connections: 2\n  request_timeout: 1s\n").expect("config");
+    let strait = Strait::start(&["--config", path.to_str().unwrap()]);
+    // (The harness's readiness ping has closed; should its slot not be
+    // free yet, `b` waits a moment for it.)
+    let mut a = raw::Conn::open(strait.port(), "limit-a");
+    assert_eq!(a.api_versions(3).error_code, 0);
+    let mut b = raw::Conn::open(strait.port(), "limit-b");
+    assert_eq!(b.api_versions(3).error_code, 0);
+
+    // A third connection is queued by the kernel: its request is written
+    // but nothing answers while two are open.
+    let mut c = raw::Conn::open(strait.port(), "limit-c");
+    let (id, frame) = c.frame(
+        kafka_protocol::messages::ApiKey::ApiVersions,
+        3,
+        3,
+        &kafka_protocol::messages::ApiVersionsRequest::default(),
+    );
+    c.send_raw(&frame);
+    c.stream
+        .set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    match c.stream.read(&mut byte) {
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) => {}
+        other => panic!("a connection beyond max_connections was served: {other:?}"),
+    }
+    // The two admitted connections keep working.
+    raw::check_metadata(&a.metadata(), strait.port());
+    assert_eq!(b.api_versions(3).error_code, 0);
+
+    // One closes: the queued connection is accepted and its request,
+    // waiting in the socket all along, is answered.
+    drop(a);
+    c.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let body = c.read(kafka_protocol::messages::ApiKey::ApiVersions, 3, id);
+    let answer =
+        <kafka_protocol::messages::ApiVersionsResponse as kafka_protocol::protocol::Decodable>::decode(
+            &mut &body[..],
+            3,
+        )
+        .expect("ApiVersions response");
+    assert_eq!(answer.error_code, 0);
+    assert!(
+        strait.log_line(&["connection limit reached"]).is_some(),
+        "no log line says the connection limit was reached\n{}",
+        log_tail(&strait)
+    );
+
+    // request_timeout: a request frame declares 100 bytes, sends 10 and
+    // stalls. Strait closes that connection after about 1 s and says why.
+    drop(b);
+    let mut slow = raw::Conn::open(strait.port(), "limit-slow");
+    let slow_peer = slow.local();
+    let mut partial = 100i32.to_be_bytes().to_vec();
+    partial.extend_from_slice(&[0u8; 10]);
+    slow.send_raw(&partial);
+    let stalled_at = Instant::now();
+    slow.assert_closed("a request stalled after 10 of 100 bytes");
+    assert!(
+        stalled_at.elapsed() >= Duration::from_millis(900),
+        "closed after {:?}, before request_timeout",
+        stalled_at.elapsed()
+    );
+    let line = strait
+        .log_line(&[&slow_peer, "request_timeout"])
+        .unwrap_or_else(|| {
+            panic!(
+                "no log line names the stalled client {slow_peer}\n{}",
+                log_tail(&strait)
+            )
+        });
+    assert!(line.contains("WARN"), "{line}");
+    // The queued-then-admitted connection was not disturbed.
+    raw::check_metadata(&c.metadata(), strait.port());
+}
+
 #[test]
 fn protocol_sasl_handshake_is_refused_and_the_connection_stays_usable() {
     let strait = Strait::start(&[]);

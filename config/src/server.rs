@@ -24,8 +24,10 @@ pub struct ServerConfig {
     /// clients reach Strait through another name (a load balancer, a
     /// container port mapping, or a listen address of `0.0.0.0`).
     pub advertised: Option<String>,
-    /// Most client connections open at once; further connections wait in
-    /// the kernel's accept queue. Default `10000`.
+    /// Most client connections open at once (Kafka's `max.connections`):
+    /// at the limit Strait stops accepting and logs it once, and further
+    /// connections wait in the kernel's accept queue until one closes.
+    /// Default `10000`.
     pub max_connections: u32,
     /// Largest request frame accepted (Kafka's `socket.request.max.bytes`).
     /// A larger frame closes that connection. Default `100MiB`; at least
@@ -34,6 +36,11 @@ pub struct ServerConfig {
     /// Close connections that sent nothing for this long (Kafka's
     /// `connections.max.idle.ms`). Default `10m`.
     pub idle_timeout: HumanDuration,
+    /// Once the first byte of a request has arrived, the whole request must
+    /// arrive within this time, or the connection is closed (a stalled or
+    /// trickling client holds no buffer for longer). Default `30s`, Kafka's
+    /// `request.timeout.ms` default on the client side.
+    pub request_timeout: HumanDuration,
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish
     /// before connections are closed. Default `10s`.
     pub shutdown_grace: HumanDuration,
@@ -47,6 +54,7 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             max_frame_bytes: ByteSize::mib(100),
             idle_timeout: HumanDuration::minutes(10),
+            request_timeout: HumanDuration::secs(30),
             shutdown_grace: HumanDuration::secs(10),
         }
     }
@@ -93,6 +101,12 @@ impl ServerConfig {
         }
         if self.idle_timeout.is_zero() {
             return Err(Invalid::new(format!("{prefix}.idle_timeout"), "must be positive"));
+        }
+        if self.request_timeout.is_zero() {
+            return Err(Invalid::new(
+                format!("{prefix}.request_timeout"),
+                "must be positive",
+            ));
         }
         Ok(())
     }

@@ -213,6 +213,7 @@ server:
   max_connections: 10000
   max_frame_bytes: 100MiB
   idle_timeout: 10m
+  request_timeout: 30s
   shutdown_grace: 10s
 broker:
   auto_create_topics: true

@@ -1,7 +1,7 @@
 //! Kafka's framing: every request and response is a 4-byte big-endian
 //! length followed by that many bytes.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::error::FrameError;
@@ -34,16 +34,29 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     if size > max {
         return Err(FrameError::TooLarge { size, max });
     }
-    let mut body = BytesMut::zeroed(size);
-    reader.read_exact(&mut body).await.map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            FrameError::Truncated
-        } else {
-            FrameError::Io(e)
+    // Memory follows the bytes that really arrived: a client that declares
+    // a large frame and then trickles (or stops) holds at most
+    // `FIRST_ALLOCATION` plus what it sent, not the size it claimed.
+    let mut body = BytesMut::with_capacity(size.min(FIRST_ALLOCATION));
+    while body.len() < size {
+        let want = size - body.len();
+        if body.capacity() == body.len() {
+            body.reserve(want.min(body.len().max(FIRST_ALLOCATION)));
         }
-    })?;
+        let room = want.min(body.capacity() - body.len());
+        let n = reader
+            .read_buf(&mut (&mut body).limit(room))
+            .await
+            .map_err(FrameError::Io)?;
+        if n == 0 {
+            return Err(FrameError::Truncated);
+        }
+    }
     Ok(Some(body.freeze()))
 }
+
+/// What a frame's buffer starts at; it doubles from there as bytes arrive.
+const FIRST_ALLOCATION: usize = 1 << 20;
 
 /// Writes one frame whose first four bytes are reserved for the length
 /// (see [`crate::codec::encode_response`]), filling the length in.
@@ -89,5 +102,23 @@ mod tests {
             read_frame(&mut &half_length[..], 10).await,
             Err(FrameError::Truncated)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_frame_larger_than_the_first_allocation_arrives_whole() {
+        // 3.5 MiB of a pattern, fed through a 7-byte-at-a-time duplex pipe
+        // so every buffer growth step is crossed mid-read.
+        let size = FIRST_ALLOCATION * 3 + FIRST_ALLOCATION / 2;
+        let payload: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let mut input = (size as i32).to_be_bytes().to_vec();
+        input.extend_from_slice(&payload);
+        let (mut client, mut server) = tokio::io::duplex(7);
+        let writer = tokio::spawn(async move {
+            client.write_all(&input).await.unwrap();
+        });
+        let frame = read_frame(&mut server, size).await.unwrap().unwrap();
+        writer.await.unwrap();
+        assert_eq!(frame.len(), size);
+        assert!(frame == payload, "the frame's bytes differ from what was sent");
     }
 }

@@ -125,6 +125,7 @@ impl Strait {
             max_connections: config.server.max_connections as usize,
             max_frame_bytes: config.server.max_frame_bytes.bytes() as usize,
             idle_timeout: config.server.idle_timeout.duration(),
+            request_timeout: config.server.request_timeout.duration(),
             shutdown_grace: config.server.shutdown_grace.duration(),
         };
         tracing::info!(listen = %bound, data_dir = %data_dir.display(), topics = broker.topics().all().len(), "Strait is ready");

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use kafka_protocol::ResponseError;
-use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
@@ -34,6 +34,8 @@ pub struct ServerOptions {
     pub max_frame_bytes: usize,
     /// Close a connection idle this long.
     pub idle_timeout: Duration,
+    /// A request's bytes must all arrive within this time of its first.
+    pub request_timeout: Duration,
     /// How long in-flight requests may run after shutdown begins.
     pub shutdown_grace: Duration,
 }
@@ -50,10 +52,19 @@ pub async fn serve(
     let limit = Arc::new(Semaphore::new(options.max_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
+    let mut at_limit = false;
     tokio::pin!(shutdown);
     loop {
         // Reap finished connections so the set stays small.
         while connections.try_join_next().is_some() {}
+        let full = limit.available_permits() == 0;
+        if full && !at_limit {
+            tracing::warn!(
+                max_connections = options.max_connections,
+                "connection limit reached: new connections wait to be accepted until one closes"
+            );
+        }
+        at_limit = full;
         let permit = tokio::select! {
             _ = &mut shutdown => break,
             permit = Arc::clone(&limit).acquire_owned() => permit.expect("the semaphore is never closed"),
@@ -116,12 +127,30 @@ async fn connection(
     let mut writer = BufWriter::with_capacity(64 * 1024, writer);
     let mut client = String::new();
     loop {
+        // Between requests the client may idle for `idle_timeout`; once a
+        // request has begun, all of it must arrive within `request_timeout`.
+        let begun = tokio::select! {
+            begun = tokio::time::timeout(options.idle_timeout, reader.fill_buf()) => begun,
+            _ = stop.changed() => return Ok(()),
+        };
+        match begun {
+            Err(_) => return Err(format!("idle for {:?}", options.idle_timeout)),
+            Ok(Ok([])) => return Ok(()),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(()),
+            Ok(Err(e)) => return Err(format!("reading a request: {e} (client {client:?})")),
+        }
         let frame = tokio::select! {
-            frame = tokio::time::timeout(options.idle_timeout, read_frame(&mut reader, options.max_frame_bytes)) => frame,
+            frame = tokio::time::timeout(options.request_timeout, read_frame(&mut reader, options.max_frame_bytes)) => frame,
             _ = stop.changed() => return Ok(()),
         };
         let frame = match frame {
-            Err(_) => return Err(format!("idle for {:?}", options.idle_timeout)),
+            Err(_) => {
+                return Err(format!(
+                    "a request did not arrive whole within request_timeout {:?} (client {client:?})",
+                    options.request_timeout
+                ))
+            }
             Ok(Ok(Some(frame))) => frame,
             Ok(Ok(None)) => return Ok(()),
             Ok(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(()),

@@ -416,6 +416,23 @@ impl Strait {
         read_log(&self.log)
     }
 
+    /// The first log line containing every one of `words`, waiting up to
+    /// 10 s for it (Strait logs a closed connection just after closing).
+    pub fn log_line(&self, words: &[&str]) -> Option<String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let found = self
+                .log()
+                .lines()
+                .find(|l| words.iter().all(|w| l.contains(w)))
+                .map(str::to_owned);
+            if found.is_some() || Instant::now() >= deadline {
+                return found;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The server's pid, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
