@@ -25,6 +25,14 @@
 //! 3. Produce latency at acks=1: `BROKER_BENCH_LATENCY_RECORDS` records sent
 //!    one at a time (linger.ms=0), each waiting for its delivery report
 //!    before the next is sent; p50, p99 and max of send-to-delivery time.
+//! 4. Raw produce throughput: the same number of 1 KiB records into a second
+//!    8-partition topic, from a load generator that costs next to no CPU,
+//!    so that the broker, not librdkafka, sets the pace on a small machine.
+//!    One Produce request (v9, acks=1) carrying a 16-record batch for each
+//!    of the 8 partitions is encoded once and sent over and over (only the
+//!    correlation id changes) on 4 connections with up to 5 requests in
+//!    flight on each; every partition answer must be error-free. Timed from
+//!    the first send to the last answer.
 //!
 //! Runs alternate between the brokers (S T, T S, S T, ...) and each figure
 //! is the median of `BROKER_BENCH_REPEAT` runs. A phase that fails (error,
@@ -65,6 +73,12 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
+
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
 
@@ -602,6 +616,7 @@ fn machine_busy_ticks() -> Option<u64> {
 #[derive(Debug)]
 struct RunResult {
     produce: Result<Throughput, String>,
+    raw_produce: Result<Throughput, String>,
     consume: Result<Throughput, String>,
     latency: Result<Latency, String>,
     memory: Option<String>,
@@ -613,6 +628,7 @@ impl RunResult {
     fn failed(reason: String) -> RunResult {
         RunResult {
             produce: Err(reason.clone()),
+            raw_produce: Err(reason.clone()),
             consume: Err(reason.clone()),
             latency: Err(reason),
             memory: None,
@@ -622,7 +638,11 @@ impl RunResult {
     }
 
     fn any_error(&self) -> bool {
-        self.produce.is_err() || self.consume.is_err() || self.latency.is_err() || !self.notes.is_empty()
+        self.produce.is_err()
+            || self.consume.is_err()
+            || self.latency.is_err()
+            || self.raw_produce.is_err()
+            || !self.notes.is_empty()
     }
 
     fn summary(&self, kind: Kind, rep: usize) -> String {
@@ -649,13 +669,15 @@ impl RunResult {
             Err(e) => format!("n/a: {e}"),
         };
         let mut s = format!(
-            "{} run {rep}: produce {}\n{:>w$}consume {}\n{:>w$}latency {}",
+            "{} run {rep}: produce {}\n{:>w$}consume {}\n{:>w$}latency {}\n{:>w$}raw produce {}",
             kind.name(),
             tp(&self.produce),
             "",
             tp(&self.consume),
             "",
             lat,
+            "",
+            tp(&self.raw_produce),
             w = kind.name().len() + 8
         );
         if let Some(mem) = &self.memory {
@@ -747,6 +769,17 @@ fn run_once(kind: Kind, knobs: &Knobs, dir: &Path, rep: usize, clk_tck: f64) -> 
         .map(|l| Latency {
             cpu: before.until(&CpuSample::take(&broker), clk_tck),
             ..l
+        })
+        .map_err(|e| with_exit(&mut broker, e));
+
+    let raw_topic = format!("{topic}-raw");
+    result.raw_produce = create_topic(&bootstrap, &raw_topic)
+        .and_then(|()| {
+            let before = CpuSample::take(&broker);
+            raw_produce_throughput(&bootstrap, &raw_topic, knobs.records).map(|t| Throughput {
+                cpu: before.until(&CpuSample::take(&broker), clk_tck),
+                ..t
+            })
         })
         .map_err(|e| with_exit(&mut broker, e));
 
@@ -1044,6 +1077,151 @@ fn produce_throughput(bootstrap: &str, topic: &str, records: u64) -> Result<(Thr
     ))
 }
 
+/// Connections of the raw produce phase.
+const RAW_CONNECTIONS: usize = 4;
+/// Produce requests in flight per connection in the raw phase.
+const RAW_IN_FLIGHT: usize = 5;
+/// Records per batch (one batch per partition per request) in the raw phase.
+const RAW_BATCH_RECORDS: usize = 16;
+/// Produce version of the raw phase.
+const RAW_PRODUCE_VERSION: i16 = 9;
+
+/// The raw produce phase: one pre-encoded Produce request sent over and over
+/// (see the module docs); returns the throughput of acknowledged records.
+fn raw_produce_throughput(bootstrap: &str, topic: &str, records: u64) -> Result<Throughput, String> {
+    let per_request = (RAW_BATCH_RECORDS * PARTITIONS as usize) as u64;
+    let requests = records.div_ceil(per_request);
+    let frame = raw_produce_frame(topic)?;
+    let started = Instant::now();
+    let workers: Vec<_> = (0..RAW_CONNECTIONS as u64)
+        .map(|c| {
+            // Connection c sends requests c, c + RAW_CONNECTIONS, ...
+            let mine = requests / RAW_CONNECTIONS as u64 + u64::from(c < requests % RAW_CONNECTIONS as u64);
+            let frame = frame.clone();
+            let bootstrap = bootstrap.to_owned();
+            thread::spawn(move || raw_connection(&bootstrap, frame, mine))
+        })
+        .collect();
+    let mut acknowledged = 0;
+    let mut first_error = None;
+    for w in workers {
+        match w.join() {
+            Ok(Ok(n)) => acknowledged += n,
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(_) => {
+                first_error.get_or_insert_with(|| "a raw producer thread panicked".to_owned());
+            }
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    Ok(Throughput {
+        records: acknowledged * per_request,
+        secs,
+        first_record_secs: None,
+        cpu: CpuUse::default(),
+    })
+}
+
+/// The raw phase's request frame (length prefix included), correlation id 0.
+fn raw_produce_frame(topic: &str) -> Result<Vec<u8>, String> {
+    let value = payload();
+    let values: Vec<&[u8]> = (0..RAW_BATCH_RECORDS).map(|_| &value[..]).collect();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let batch = bytes::Bytes::from(strait_spool::batch::build::batch(now_ms, &values));
+    let request = ProduceRequest::default()
+        .with_acks(1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+            .with_partition_data(
+                (0..PARTITIONS)
+                    .map(|p| {
+                        PartitionProduceData::default()
+                            .with_index(p)
+                            .with_records(Some(batch.clone()))
+                    })
+                    .collect(),
+            )]);
+    let mut buf = vec![0u8; 4];
+    RequestHeader::default()
+        .with_request_api_key(ApiKey::Produce as i16)
+        .with_request_api_version(RAW_PRODUCE_VERSION)
+        .with_client_id(Some(StrBytes::from_static_str("strait-bench-raw")))
+        .encode(
+            &mut buf,
+            ApiKey::Produce.request_header_version(RAW_PRODUCE_VERSION),
+        )
+        .map_err(|e| format!("encoding the request header: {e}"))?;
+    request
+        .encode(&mut buf, RAW_PRODUCE_VERSION)
+        .map_err(|e| format!("encoding the Produce request: {e}"))?;
+    let len = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf)
+}
+
+/// Sends `count` copies of `frame` on one connection, at most
+/// [`RAW_IN_FLIGHT`] unanswered, and returns how many were answered
+/// without error. The correlation id sits at bytes 8..12 of the frame.
+fn raw_connection(bootstrap: &str, mut frame: Vec<u8>, count: u64) -> Result<u64, String> {
+    let mut stream = TcpStream::connect(bootstrap).map_err(|e| format!("raw connect: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(STALL)).map_err(|e| e.to_string())?;
+    let mut sent = 0u64;
+    let mut answered = 0u64;
+    let mut response = Vec::new();
+    while answered < count {
+        while sent < count && sent - answered < RAW_IN_FLIGHT as u64 {
+            frame[8..12].copy_from_slice(&(sent as i32).to_be_bytes());
+            stream
+                .write_all(&frame)
+                .map_err(|e| format!("raw send after {answered} answers: {e}"))?;
+            sent += 1;
+        }
+        let mut len = [0u8; 4];
+        stream
+            .read_exact(&mut len)
+            .map_err(|e| format!("raw read after {answered} answers: {e}"))?;
+        response.resize(u32::from_be_bytes(len) as usize, 0);
+        stream
+            .read_exact(&mut response)
+            .map_err(|e| format!("raw read after {answered} answers: {e}"))?;
+        let mut body = &response[..];
+        let header = ResponseHeader::decode(
+            &mut body,
+            ApiKey::Produce.response_header_version(RAW_PRODUCE_VERSION),
+        )
+        .map_err(|e| format!("raw response header: {e}"))?;
+        if header.correlation_id != answered as i32 {
+            return Err(format!(
+                "raw: answer {} came for request {answered}",
+                header.correlation_id
+            ));
+        }
+        let answer = ProduceResponse::decode(&mut body, RAW_PRODUCE_VERSION)
+            .map_err(|e| format!("raw Produce response: {e}"))?;
+        for t in &answer.responses {
+            for p in &t.partition_responses {
+                if p.error_code != 0 {
+                    return Err(format!(
+                        "raw: partition {} answered error {} ({:?})",
+                        p.index, p.error_code, p.error_message
+                    ));
+                }
+            }
+        }
+        answered += 1;
+    }
+    Ok(answered)
+}
+
 /// Consumer context that keeps the client's error reports.
 #[derive(Debug, Default)]
 struct ConsumerErrors(Mutex<Vec<String>>);
@@ -1297,6 +1475,25 @@ fn print_table(knobs: &Knobs, results: &[(Kind, RunResult)]) {
             "consume MB/s",
             true,
             Box::new(|k, r| cell(results, k, |x| &x.consume, Throughput::mb_per_sec, fmt_mb, r)),
+        ),
+        (
+            "raw produce records/s",
+            true,
+            Box::new(|k, r| {
+                cell(
+                    results,
+                    k,
+                    |x| &x.raw_produce,
+                    Throughput::records_per_sec,
+                    fmt_rate,
+                    r,
+                )
+            }),
+        ),
+        (
+            "raw produce MB/s",
+            true,
+            Box::new(|k, r| cell(results, k, |x| &x.raw_produce, Throughput::mb_per_sec, fmt_mb, r)),
         ),
         (
             "produce latency p50 ms",
