@@ -33,6 +33,12 @@
 //!    correlation id changes) on 4 connections with up to 5 requests in
 //!    flight on each; every partition answer must be error-free. Timed from
 //!    the first send to the last answer.
+//! 5. Raw consume throughput: that topic read back by a load generator just
+//!    as thrifty: 4 connections, 2 partitions each, one Fetch (v12) in flight
+//!    per connection with librdkafka's default limits (1 MiB per partition,
+//!    50 MiB per response, max wait 500 ms). Only batch headers are read to
+//!    advance the offsets; every record must arrive. Timed from the first
+//!    Fetch to the last record.
 //!
 //! Runs alternate between the brokers (S T, T S, S T, ...) and each figure
 //! is the median of `BROKER_BENCH_REPEAT` runs. A phase that fails (error,
@@ -74,9 +80,11 @@ use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader,
+    TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -617,6 +625,7 @@ fn machine_busy_ticks() -> Option<u64> {
 struct RunResult {
     produce: Result<Throughput, String>,
     raw_produce: Result<Throughput, String>,
+    raw_consume: Result<Throughput, String>,
     consume: Result<Throughput, String>,
     latency: Result<Latency, String>,
     memory: Option<String>,
@@ -629,6 +638,7 @@ impl RunResult {
         RunResult {
             produce: Err(reason.clone()),
             raw_produce: Err(reason.clone()),
+            raw_consume: Err(reason.clone()),
             consume: Err(reason.clone()),
             latency: Err(reason),
             memory: None,
@@ -642,6 +652,7 @@ impl RunResult {
             || self.consume.is_err()
             || self.latency.is_err()
             || self.raw_produce.is_err()
+            || self.raw_consume.is_err()
             || !self.notes.is_empty()
     }
 
@@ -669,7 +680,7 @@ impl RunResult {
             Err(e) => format!("n/a: {e}"),
         };
         let mut s = format!(
-            "{} run {rep}: produce {}\n{:>w$}consume {}\n{:>w$}latency {}\n{:>w$}raw produce {}",
+            "{} run {rep}: produce {}\n{:>w$}consume {}\n{:>w$}latency {}\n{:>w$}raw produce {}\n{:>w$}raw consume {}",
             kind.name(),
             tp(&self.produce),
             "",
@@ -678,6 +689,8 @@ impl RunResult {
             lat,
             "",
             tp(&self.raw_produce),
+            "",
+            tp(&self.raw_consume),
             w = kind.name().len() + 8
         );
         if let Some(mem) = &self.memory {
@@ -782,6 +795,19 @@ fn run_once(kind: Kind, knobs: &Knobs, dir: &Path, rep: usize, clk_tck: f64) -> 
             })
         })
         .map_err(|e| with_exit(&mut broker, e));
+    result.raw_consume = match &result.raw_produce {
+        Ok(produced) => {
+            let before = CpuSample::take(&broker);
+            let per_partition = produced.records / PARTITIONS as u64;
+            raw_consume_throughput(&bootstrap, &raw_topic, per_partition)
+                .map(|t| Throughput {
+                    cpu: before.until(&CpuSample::take(&broker), clk_tck),
+                    ..t
+                })
+                .map_err(|e| with_exit(&mut broker, e))
+        }
+        Err(_) => Err("skipped: raw produce failed".into()),
+    };
 
     result.memory = broker.memory();
     if let Some(status) = broker.exited() {
@@ -1149,22 +1175,58 @@ fn raw_produce_frame(topic: &str) -> Result<Vec<u8>, String> {
                     })
                     .collect(),
             )]);
+    raw_frame(ApiKey::Produce, RAW_PRODUCE_VERSION, 0, &request)
+}
+
+/// A request frame (length prefix included) for the raw phases.
+fn raw_frame<T: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &T,
+) -> Result<Vec<u8>, String> {
     let mut buf = vec![0u8; 4];
     RequestHeader::default()
-        .with_request_api_key(ApiKey::Produce as i16)
-        .with_request_api_version(RAW_PRODUCE_VERSION)
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
         .with_client_id(Some(StrBytes::from_static_str("strait-bench-raw")))
-        .encode(
-            &mut buf,
-            ApiKey::Produce.request_header_version(RAW_PRODUCE_VERSION),
-        )
-        .map_err(|e| format!("encoding the request header: {e}"))?;
-    request
-        .encode(&mut buf, RAW_PRODUCE_VERSION)
-        .map_err(|e| format!("encoding the Produce request: {e}"))?;
+        .encode(&mut buf, api.request_header_version(version))
+        .map_err(|e| format!("encoding the {api:?} request header: {e}"))?;
+    body.encode(&mut buf, version)
+        .map_err(|e| format!("encoding the {api:?} request: {e}"))?;
     let len = (buf.len() - 4) as i32;
     buf[..4].copy_from_slice(&len.to_be_bytes());
     Ok(buf)
+}
+
+/// Reads one response frame into `buf`, checks its correlation id, and
+/// returns the body after the header.
+fn raw_response<'a>(
+    stream: &mut TcpStream,
+    buf: &'a mut Vec<u8>,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+) -> Result<&'a [u8], String> {
+    let mut len = [0u8; 4];
+    stream
+        .read_exact(&mut len)
+        .map_err(|e| format!("raw {api:?} read: {e}"))?;
+    buf.resize(u32::from_be_bytes(len) as usize, 0);
+    stream
+        .read_exact(buf)
+        .map_err(|e| format!("raw {api:?} read: {e}"))?;
+    let mut body = &buf[..];
+    let header = ResponseHeader::decode(&mut body, api.response_header_version(version))
+        .map_err(|e| format!("raw {api:?} response header: {e}"))?;
+    if header.correlation_id != correlation_id {
+        return Err(format!(
+            "raw {api:?}: answer {} came for request {correlation_id}",
+            header.correlation_id
+        ));
+    }
+    Ok(body)
 }
 
 /// Sends `count` copies of `frame` on one connection, at most
@@ -1185,26 +1247,13 @@ fn raw_connection(bootstrap: &str, mut frame: Vec<u8>, count: u64) -> Result<u64
                 .map_err(|e| format!("raw send after {answered} answers: {e}"))?;
             sent += 1;
         }
-        let mut len = [0u8; 4];
-        stream
-            .read_exact(&mut len)
-            .map_err(|e| format!("raw read after {answered} answers: {e}"))?;
-        response.resize(u32::from_be_bytes(len) as usize, 0);
-        stream
-            .read_exact(&mut response)
-            .map_err(|e| format!("raw read after {answered} answers: {e}"))?;
-        let mut body = &response[..];
-        let header = ResponseHeader::decode(
-            &mut body,
-            ApiKey::Produce.response_header_version(RAW_PRODUCE_VERSION),
-        )
-        .map_err(|e| format!("raw response header: {e}"))?;
-        if header.correlation_id != answered as i32 {
-            return Err(format!(
-                "raw: answer {} came for request {answered}",
-                header.correlation_id
-            ));
-        }
+        let mut body = raw_response(
+            &mut stream,
+            &mut response,
+            ApiKey::Produce,
+            RAW_PRODUCE_VERSION,
+            answered as i32,
+        )?;
         let answer = ProduceResponse::decode(&mut body, RAW_PRODUCE_VERSION)
             .map_err(|e| format!("raw Produce response: {e}"))?;
         for t in &answer.responses {
@@ -1220,6 +1269,125 @@ fn raw_connection(bootstrap: &str, mut frame: Vec<u8>, count: u64) -> Result<u64
         answered += 1;
     }
     Ok(answered)
+}
+
+/// Fetch version of the raw consume phase.
+const RAW_FETCH_VERSION: i16 = 12;
+
+/// The raw consume phase: reads `per_partition` records from each partition
+/// of `topic` (see the module docs).
+fn raw_consume_throughput(bootstrap: &str, topic: &str, per_partition: u64) -> Result<Throughput, String> {
+    let started = Instant::now();
+    let per_connection = PARTITIONS as usize / RAW_CONNECTIONS;
+    let workers: Vec<_> = (0..RAW_CONNECTIONS)
+        .map(|c| {
+            let partitions: Vec<i32> = (0..per_connection)
+                .map(|i| (c * per_connection + i) as i32)
+                .collect();
+            let (bootstrap, topic) = (bootstrap.to_owned(), topic.to_owned());
+            thread::spawn(move || raw_fetcher(&bootstrap, &topic, &partitions, per_partition))
+        })
+        .collect();
+    let mut records = 0;
+    let mut first_error = None;
+    for w in workers {
+        match w.join() {
+            Ok(Ok(n)) => records += n,
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(_) => {
+                first_error.get_or_insert_with(|| "a raw fetcher thread panicked".to_owned());
+            }
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    Ok(Throughput {
+        records,
+        secs,
+        first_record_secs: None,
+        cpu: CpuUse::default(),
+    })
+}
+
+/// Fetches `partitions` from offset 0 until each has given `want` records;
+/// returns the records read.
+fn raw_fetcher(bootstrap: &str, topic: &str, partitions: &[i32], want: u64) -> Result<u64, String> {
+    let mut stream = TcpStream::connect(bootstrap).map_err(|e| format!("raw connect: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(STALL)).map_err(|e| e.to_string())?;
+    let mut next: Vec<u64> = vec![0; partitions.len()];
+    let mut response = Vec::new();
+    let mut id = 0;
+    while next.iter().any(|&n| n < want) {
+        let request = FetchRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_max_wait_ms(500)
+            .with_min_bytes(1)
+            .with_max_bytes(50 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partitions(
+                    partitions
+                        .iter()
+                        .zip(&next)
+                        .filter(|(_, &n)| n < want)
+                        .map(|(&p, &n)| {
+                            FetchPartition::default()
+                                .with_partition(p)
+                                .with_fetch_offset(n as i64)
+                                .with_partition_max_bytes(1 << 20)
+                        })
+                        .collect(),
+                )]);
+        id += 1;
+        let frame = raw_frame(ApiKey::Fetch, RAW_FETCH_VERSION, id, &request)?;
+        stream
+            .write_all(&frame)
+            .map_err(|e| format!("raw Fetch send: {e}"))?;
+        let mut body = raw_response(&mut stream, &mut response, ApiKey::Fetch, RAW_FETCH_VERSION, id)?;
+        let answer = FetchResponse::decode(&mut body, RAW_FETCH_VERSION)
+            .map_err(|e| format!("raw Fetch response: {e}"))?;
+        for t in &answer.responses {
+            for p in &t.partitions {
+                if p.error_code != 0 {
+                    return Err(format!(
+                        "raw Fetch: partition {} error {}",
+                        p.partition_index, p.error_code
+                    ));
+                }
+                let Some(i) = partitions.iter().position(|&x| x == p.partition_index) else {
+                    return Err(format!(
+                        "raw Fetch: answer for partition {} not asked for",
+                        p.partition_index
+                    ));
+                };
+                // Whole batches only; a cut-off last batch is fetched again.
+                let mut batches = p.records.as_deref().unwrap_or_default();
+                while batches.len() >= 61 {
+                    let len = i32::from_be_bytes(batches[8..12].try_into().unwrap()) as usize + 12;
+                    if batches.len() < len {
+                        break;
+                    }
+                    let base = i64::from_be_bytes(batches[..8].try_into().unwrap()) as u64;
+                    let last_delta = i32::from_be_bytes(batches[23..27].try_into().unwrap()) as u64;
+                    if base != next[i] {
+                        return Err(format!(
+                            "raw Fetch: partition {} batch at {base}, expected {}",
+                            p.partition_index, next[i]
+                        ));
+                    }
+                    next[i] = base + last_delta + 1;
+                    batches = &batches[len..];
+                }
+            }
+        }
+    }
+    Ok(next.iter().sum())
 }
 
 /// Consumer context that keeps the client's error reports.
@@ -1494,6 +1662,25 @@ fn print_table(knobs: &Knobs, results: &[(Kind, RunResult)]) {
             "raw produce MB/s",
             true,
             Box::new(|k, r| cell(results, k, |x| &x.raw_produce, Throughput::mb_per_sec, fmt_mb, r)),
+        ),
+        (
+            "raw consume records/s",
+            true,
+            Box::new(|k, r| {
+                cell(
+                    results,
+                    k,
+                    |x| &x.raw_consume,
+                    Throughput::records_per_sec,
+                    fmt_rate,
+                    r,
+                )
+            }),
+        ),
+        (
+            "raw consume MB/s",
+            true,
+            Box::new(|k, r| cell(results, k, |x| &x.raw_consume, Throughput::mb_per_sec, fmt_mb, r)),
         ),
         (
             "produce latency p50 ms",
