@@ -1064,6 +1064,88 @@ fn java_client_idempotent_by_default_writes_each_record_once() {
     check_idempotent_batches(&strait, &topic, 2);
 }
 
+/// ListOffsets by timestamp finds the record inside compressed batches as
+/// the Java client writes them (snappy in xerial framing, zstd, ...): one
+/// batch of 20 records per partition, one codec per partition.
+#[test]
+fn java_client_list_offsets_by_timestamp_inside_compressed_batches() {
+    let strait = Strait::start(&[]);
+    let b = strait.bootstrap();
+    let topic = unique("java-times");
+    let created = run_client(
+        "java:admin",
+        &[
+            "--bootstrap",
+            &b,
+            "create",
+            "--topic",
+            &topic,
+            "--partitions",
+            "5",
+        ],
+    );
+    assert_eq!(created["ok"], true, "{created}");
+    let t0: i64 = 1_700_000_000_000;
+    let base = t0.to_string();
+    for (p, codec) in CODECS.iter().enumerate() {
+        let p = p.to_string();
+        let produced = run_client(
+            "java:produce",
+            &[
+                "--bootstrap",
+                &b,
+                "--topic",
+                &topic,
+                "--partition",
+                &p,
+                "--count",
+                "20",
+                "--compression",
+                codec,
+                "--linger-ms",
+                "200",
+                "--timestamp-base",
+                &base,
+                "--value-size",
+                "300",
+            ],
+        );
+        assert_eq!(get_u64(&produced, "delivered"), 20, "{produced}");
+        assert_eq!(produced["offsets"][&p], serde_json::json!([0, 19]), "{produced}");
+    }
+    for (p, codec) in CODECS.iter().enumerate() {
+        assert_one_batch(&strait, &topic, p as i32, codec);
+    }
+    for (ts, want) in [
+        (t0 - 5000, 0),
+        (t0, 0),
+        (t0 + 5500, 6),
+        (t0 + 19_000, 19),
+        (t0 + 60_000, -1),
+    ] {
+        let ts = ts.to_string();
+        let got = run_client(
+            "java:admin",
+            &[
+                "--bootstrap",
+                &b,
+                "offsets",
+                "--topic",
+                &topic,
+                "--timestamp",
+                &ts,
+            ],
+        );
+        for (p, codec) in CODECS.iter().enumerate() {
+            assert_eq!(
+                got["at"][p.to_string()].as_i64(),
+                Some(want),
+                "{codec} (partition {p}), timestamp {ts}: {got}"
+            );
+        }
+    }
+}
+
 #[test]
 fn java_client_admin_creates_describes_and_deletes() {
     let strait = Strait::start(&[]);
@@ -2127,15 +2209,17 @@ fn protocol_garbage_and_oversized_frames_close_only_their_connection() {
 
 /// Produces `count` records "{prefix}-{i}" to one partition with explicit
 /// timestamps `ts(i)`; returns their acknowledged offsets.
+#[allow(clippy::too_many_arguments)]
 fn rd_produce_at(
     b: &str,
     topic: &str,
     partition: i32,
+    codec: &str,
     prefix: &str,
     count: u64,
     ts: impl Fn(u64) -> i64,
 ) -> Vec<i64> {
-    let producer = rd_producer(b, "none", false).expect("producer");
+    let producer = rd_producer(b, codec, false).expect("producer");
     for i in 0..count {
         let key = format!("k{}", i % 16);
         let value = format!("{prefix}-{i}");
@@ -2169,7 +2253,7 @@ fn rdkafka_crate_standalone_commits_without_a_group_survive_a_restart() {
     let group = unique("rd-standalone");
     rd_create_topic(&b, &topic, 4).expect("create");
     for p in 0..4 {
-        rd_produce_at(&b, &topic, p, &format!("p{p}"), 20, |_| 1_700_000_000_000);
+        rd_produce_at(&b, &topic, p, "none", &format!("p{p}"), 20, |_| 1_700_000_000_000);
     }
     let consumer: BaseConsumer = rd_config(&b)
         .set("group.id", &group)
@@ -2241,33 +2325,67 @@ fn rdkafka_crate_standalone_commits_without_a_group_survive_a_restart() {
 /// -1 past the newest). Partition 0 holds 20 records in one batch (what
 /// producers send), partition 1 the same timestamps one record per batch,
 /// so a failure on partition 0 only points at batch-granular answers.
+/// Asserts that partition `p` of `topic` holds exactly one batch, written
+/// with `codec` (seen with `strait spool dump`).
+fn assert_one_batch(strait: &Strait, topic: &str, p: i32, codec: &str) {
+    let dir = strait.data_dir().join("topics").join(format!("{topic}-{p}"));
+    let out = Command::new(strait_bin())
+        .args(["spool", "dump"])
+        .arg(&dir)
+        .output()
+        .expect("strait spool dump");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let batches: Vec<&str> = text.lines().filter(|l| l.starts_with("baseOffset:")).collect();
+    assert_eq!(batches.len(), 1, "partition {p}: {text}");
+    assert!(
+        batches[0].contains(&format!("compresscodec: {codec}")),
+        "partition {p}: {}",
+        batches[0]
+    );
+}
+
 #[test]
 fn rdkafka_crate_list_offsets_by_timestamp() {
     let strait = Strait::start(&[]);
     let b = strait.bootstrap();
     let topic = unique("rd-times");
-    rd_create_topic(&b, &topic, 2).expect("create");
+    // Partition 0: one record per batch. Partitions 1..: one batch of 20
+    // records each, in every codec this librdkafka has: the record inside a
+    // compressed batch is found by decompressing it.
+    let codecs = rd_codecs(&b);
+    rd_create_topic(&b, &topic, 1 + codecs.len() as i32).expect("create");
     let t0: i64 = 1_700_000_000_000;
-    let offsets = rd_produce_at(&b, &topic, 0, "t", 20, |i| t0 + i as i64 * 1000);
-    assert_eq!(offsets, (0..20).collect::<Vec<i64>>());
     for i in 0..20 {
-        let offsets = rd_produce_at(&b, &topic, 1, &format!("s{i}"), 1, |_| t0 + i as i64 * 1000);
+        let offsets = rd_produce_at(&b, &topic, 0, "none", &format!("s{i}"), 1, |_| {
+            t0 + i as i64 * 1000
+        });
         assert_eq!(offsets, vec![i as i64]);
+    }
+    let mut layout = vec![(0, "none, one record per batch")];
+    for (n, codec) in codecs.iter().enumerate() {
+        let p = n as i32 + 1;
+        // Long, repetitive values: librdkafka sends a batch uncompressed
+        // when compressing does not make it smaller.
+        let prefix = "t".repeat(300);
+        let offsets = rd_produce_at(&b, &topic, p, codec, &prefix, 20, |i| t0 + i as i64 * 1000);
+        assert_eq!(offsets, (0..20).collect::<Vec<i64>>());
+        layout.push((p, codec));
+    }
+    for &(p, codec) in &layout[1..] {
+        assert_one_batch(&strait, &topic, p, codec);
     }
 
     let c: BaseConsumer = rd_config(&b)
         .set("group.id", "rd-times")
         .create()
         .expect("consumer");
-    for p in 0..2 {
+    let mut wrong = Vec::new();
+    for &(p, what) in &layout {
         assert_eq!(
             c.fetch_watermarks(&topic, p, Duration::from_secs(10))
                 .expect("watermarks"),
             (0, 20)
         );
-    }
-    let mut wrong = Vec::new();
-    for p in [1, 0] {
         for (ts, want) in [
             (t0 - 5000, Offset::Offset(0)),
             (t0, Offset::Offset(0)),
@@ -2285,12 +2403,7 @@ fn rdkafka_crate_list_offsets_by_timestamp() {
             let ok = got == want || (want == Offset::End && got == Offset::Offset(-1));
             if !ok {
                 wrong.push(format!(
-                    "partition {p} ({}): timestamp t0{:+} -> {got:?}, want {want:?}",
-                    if p == 0 {
-                        "one batch of 20"
-                    } else {
-                        "one record per batch"
-                    },
+                    "partition {p} ({what}): timestamp t0{:+} -> {got:?}, want {want:?}",
                     ts - t0
                 ));
             }
@@ -2383,7 +2496,7 @@ fn rdkafka_crate_create_partitions_grows_a_topic() {
         .fetch_metadata(Some(&topic), Duration::from_secs(10))
         .expect("metadata");
     assert_eq!(md.topics()[0].partitions().len(), 5);
-    let offsets = rd_produce_at(&b, &topic, 4, "new", 10, |_| 1_700_000_000_000);
+    let offsets = rd_produce_at(&b, &topic, 4, "none", "new", 10, |_| 1_700_000_000_000);
     assert_eq!(offsets, (0..10).collect::<Vec<i64>>());
     let consumed = rd_consume_assign(&b, &topic, 10);
     assert!(
@@ -2690,7 +2803,7 @@ fn protocol_fetch_long_poll_and_limits() {
     let b = strait.bootstrap();
     let topic = unique("proto-fetch");
     rd_create_topic(&b, &topic, 1).expect("create");
-    rd_produce_at(&b, &topic, 0, "f", 10, |_| 1_700_000_000_000);
+    rd_produce_at(&b, &topic, 0, "none", "f", 10, |_| 1_700_000_000_000);
     let mut c = raw::Conn::open(strait.port(), "proto-fetch");
     assert_eq!(c.api_versions(3).error_code, 0);
 
@@ -2710,7 +2823,7 @@ fn protocol_fetch_long_poll_and_limits() {
         raw_fetch::fetch(&mut c, &t2, 10, 10_000, 1, 1 << 20, 1 << 20)
     });
     thread::sleep(Duration::from_millis(700));
-    rd_produce_at(&b, &topic, 0, "g", 1, |_| 1_700_000_000_000);
+    rd_produce_at(&b, &topic, 0, "none", "g", 1, |_| 1_700_000_000_000);
     let (t, err, hw, n) = waiter.join().expect("fetch thread");
     assert_eq!((err, hw), (0, 11));
     assert!(n > 0, "the woken fetch carried no records");
@@ -2899,7 +3012,7 @@ fn rdkafka_crate_consumer_starts_inside_a_batch() {
     let b = strait.bootstrap();
     let topic = unique("rd-mid-batch");
     rd_create_topic(&b, &topic, 1).expect("create");
-    rd_produce_at(&b, &topic, 0, "m", 20, |_| 1_700_000_000_000);
+    rd_produce_at(&b, &topic, 0, "none", "m", 20, |_| 1_700_000_000_000);
     let c: BaseConsumer = rd_config(&b)
         .set("group.id", "rd-mid")
         .create()
@@ -3435,7 +3548,7 @@ fn rdkafka_crate_admin_configs_validation_and_recreate() {
     check(&describe(&admin), "after a restart");
 
     // Records and a group commit, then delete and recreate the topic.
-    rd_produce_at(&b, &topic, 0, "old", 5, |_| 1_700_000_000_000);
+    rd_produce_at(&b, &topic, 0, "none", "old", 5, |_| 1_700_000_000_000);
     let group = unique("rd-recreate");
     let c: BaseConsumer = rd_config(&b).set("group.id", &group).create().expect("consumer");
     let mut tpl = TopicPartitionList::new();
@@ -3472,7 +3585,7 @@ fn rdkafka_crate_admin_configs_validation_and_recreate() {
         "the recreated topic kept the old one's configs: {cfg:?}"
     );
     assert_eq!(
-        rd_produce_at(&b, &topic, 0, "new", 3, |_| 1_700_000_000_000),
+        rd_produce_at(&b, &topic, 0, "none", "new", 3, |_| 1_700_000_000_000),
         vec![0, 1, 2]
     );
     let consumed = rd_consume_assign(&b, &topic, 3);
@@ -3557,7 +3670,9 @@ fn protocol_fetch_total_max_bytes_spans_partitions() {
     for p in 0..3 {
         // Batches of about 10 KB: 10 records each, flushed per batch.
         for n in 0..4 {
-            rd_produce_at(&b, &topic, p, &format!("{pad}{p}-{n}"), 10, |_| 1_700_000_000_000);
+            rd_produce_at(&b, &topic, p, "none", &format!("{pad}{p}-{n}"), 10, |_| {
+                1_700_000_000_000
+            });
         }
     }
     let mut c = raw::Conn::open(strait.port(), "proto-maxbytes");
@@ -3720,7 +3835,7 @@ fn protocol_offset_for_leader_epoch() {
     let b = strait.bootstrap();
     let topic = unique("proto-epoch");
     rd_create_topic(&b, &topic, 2).expect("create");
-    rd_produce_at(&b, &topic, 0, "e", 7, |_| 1_700_000_000_000);
+    rd_produce_at(&b, &topic, 0, "none", "e", 7, |_| 1_700_000_000_000);
     let mut c = raw::Conn::open(strait.port(), "proto-epoch");
     let req = OffsetForLeaderEpochRequest::default().with_topics(vec![OffsetForLeaderTopic::default()
         .with_topic(TopicName(StrBytes::from_string(topic.clone())))
@@ -3763,7 +3878,7 @@ fn protocol_sigterm_answers_a_parked_long_poll_promptly() {
     let b = strait.bootstrap();
     let topic = unique("proto-park");
     rd_create_topic(&b, &topic, 1).expect("create");
-    rd_produce_at(&b, &topic, 0, "p", 3, |_| 1_700_000_000_000);
+    rd_produce_at(&b, &topic, 0, "none", "p", 3, |_| 1_700_000_000_000);
     let port = strait.port();
     let t = topic.clone();
     let parked = thread::spawn(move || {

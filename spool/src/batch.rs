@@ -24,6 +24,7 @@
 //! 57 recordCount           i32
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// Size of the record batch header, in bytes.
@@ -320,9 +321,12 @@ pub enum RecordError {
     /// The header does not parse.
     #[error("{0}")]
     Header(#[from] BatchError),
-    /// Compressed records are not decoded here.
+    /// [`records`] takes uncompressed batches only (see [`records_section`]).
     #[error("compressed batch ({0})")]
     Compressed(Compression),
+    /// The compressed records section does not decompress.
+    #[error("{0}")]
+    Decompress(#[from] crate::compression::DecompressError),
     /// A record's framing does not fit the batch.
     #[error("record {index}: {what}")]
     Malformed {
@@ -342,14 +346,34 @@ pub fn records(batch: &[u8]) -> Result<Vec<Record<'_>>, RecordError> {
     if header.compression() != Compression::None {
         return Err(RecordError::Compressed(header.compression()));
     }
-    let mut rest = batch
-        .get(HEADER_LEN..header.size())
-        .ok_or(BatchError::Truncated {
-            needed: header.size(),
-            available: batch.len(),
-        })?;
-    let mut out = Vec::with_capacity((header.record_count.max(0) as usize).min(rest.len()));
-    for index in 0..header.record_count {
+    parse_records(section_of(batch, &header)?, header.record_count)
+}
+
+/// The records section of the batch at the start of `batch`: borrowed when
+/// the batch is uncompressed, decompressed (at most `limit` bytes) when it
+/// is not. Decode it with [`parse_records`] and the header's record count.
+pub fn records_section(batch: &[u8], limit: usize) -> Result<Cow<'_, [u8]>, RecordError> {
+    let header = BatchHeader::parse(batch)?;
+    let section = section_of(batch, &header)?;
+    Ok(match header.compression() {
+        Compression::None => Cow::Borrowed(section),
+        codec => Cow::Owned(crate::compression::decompress(codec, section, limit)?),
+    })
+}
+
+fn section_of<'a>(batch: &'a [u8], header: &BatchHeader) -> Result<&'a [u8], BatchError> {
+    batch.get(HEADER_LEN..header.size()).ok_or(BatchError::Truncated {
+        needed: header.size(),
+        available: batch.len(),
+    })
+}
+
+/// Decodes `count` records from an uncompressed records section (Kafka's
+/// v2 record framing: zigzag varints; headers are skipped).
+pub fn parse_records(section: &[u8], count: i32) -> Result<Vec<Record<'_>>, RecordError> {
+    let mut rest = section;
+    let mut out = Vec::with_capacity((count.max(0) as usize).min(rest.len()));
+    for index in 0..count {
         let bad = |what| RecordError::Malformed { index, what };
         let length = read_varint(&mut rest).ok_or(bad("bad length"))?;
         let mut record = usize::try_from(length)
@@ -445,6 +469,12 @@ pub mod build {
     /// A batch with explicit producer fields.
     pub fn batch_with(spec: BatchSpec, values: &[&[u8]]) -> Vec<u8> {
         assert!(!values.is_empty(), "a batch needs at least one record");
+        with_section(spec, values.len() as i32, &encode_records(values))
+    }
+
+    /// The records section of [`batch_with`] for `values`, uncompressed (to
+    /// compress it and build a batch around it with [`with_section`]).
+    pub fn encode_records(values: &[&[u8]]) -> Vec<u8> {
         let mut records = Vec::new();
         for (i, value) in values.iter().enumerate() {
             let mut body = Vec::with_capacity(value.len() + 8);
@@ -458,23 +488,28 @@ pub mod build {
             varint(&mut records, body.len() as i64);
             records.extend_from_slice(&body);
         }
-        let n = values.len() as i32;
-        let mut buf = Vec::with_capacity(HEADER_LEN + records.len());
+        records
+    }
+
+    /// A batch of `count` records whose records section is `section` as
+    /// given (compressed or not: `spec.attributes` says which codec).
+    pub fn with_section(spec: BatchSpec, count: i32, section: &[u8]) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(HEADER_LEN + section.len());
         buf.extend_from_slice(&0i64.to_be_bytes());
-        let length = (HEADER_LEN - LOG_OVERHEAD + records.len()) as i32;
+        let length = (HEADER_LEN - LOG_OVERHEAD + section.len()) as i32;
         buf.extend_from_slice(&length.to_be_bytes());
         buf.extend_from_slice(&0i32.to_be_bytes());
         buf.push(2);
         buf.extend_from_slice(&0u32.to_be_bytes());
         buf.extend_from_slice(&spec.attributes.to_be_bytes());
-        buf.extend_from_slice(&(n - 1).to_be_bytes());
+        buf.extend_from_slice(&(count - 1).to_be_bytes());
         buf.extend_from_slice(&spec.base_timestamp.to_be_bytes());
-        buf.extend_from_slice(&(spec.base_timestamp + n as i64 - 1).to_be_bytes());
+        buf.extend_from_slice(&(spec.base_timestamp + count as i64 - 1).to_be_bytes());
         buf.extend_from_slice(&spec.producer_id.to_be_bytes());
         buf.extend_from_slice(&spec.producer_epoch.to_be_bytes());
         buf.extend_from_slice(&spec.base_sequence.to_be_bytes());
-        buf.extend_from_slice(&n.to_be_bytes());
-        buf.extend_from_slice(&records);
+        buf.extend_from_slice(&count.to_be_bytes());
+        buf.extend_from_slice(section);
         let crc = crc32c::crc32c(&buf[CRC_START..]);
         buf[17..21].copy_from_slice(&crc.to_be_bytes());
         stamp(&mut buf, 0, 0);

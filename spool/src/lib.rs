@@ -19,6 +19,7 @@
 //! plain `std::future::Future`s completed by its own threads.
 
 pub mod batch;
+pub mod compression;
 pub mod config;
 pub mod error;
 mod index;

@@ -6,14 +6,19 @@
 //
 //   JavaClient produce --bootstrap B --topic T --count N [--start S]
 //       [--compression none|gzip|snappy|lz4|zstd] [--acks 0|1|all]
-//       [--idempotent | --no-idempotent] [--keyed] [--linger-ms MS]
+//       [--idempotent | --no-idempotent] [--keyed] [--partition P]
+//       [--linger-ms MS] [--timestamp-base MS [--timestamp-step MS]]
 //       [--timeout S] [-X key=value ...]
 //   JavaClient consume --bootstrap B --topic T --expect N
 //       (--group G [--members M] [--commit] | --assign)
 //       [--linger S] [--records] [--timeout S] [-X key=value ...]
 //   JavaClient admin --bootstrap B create|describe|delete|offsets
 //       [--topic T] [--partitions P] [--replication-factor R]
-//       [--allow-error]
+//       [--timestamp MS] [--allow-error]
+//
+// produce --timestamp-base gives record i (counted from --start) the
+// timestamp base + i * step (default step 1000); admin offsets --timestamp
+// adds "at": {"p": offset} (ListOffsets by timestamp, -1 when none).
 //
 // Without --idempotent / --no-idempotent the producer keeps Java's own
 // default: idempotent whenever acks=all.
@@ -220,6 +225,9 @@ public class JavaClient {
         double timeout = a.secs("--timeout", 60);
         String prefix = a.get("--value-prefix", compression);
         int size = (int) a.num("--value-size", 0);
+        boolean stamped = a.values.containsKey("--timestamp-base");
+        long tsBase = a.num("--timestamp-base", 0);
+        long tsStep = a.num("--timestamp-step", 1000);
 
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("--bootstrap"));
@@ -241,7 +249,8 @@ public class JavaClient {
                 String value = valueFor(prefix, i, size);
                 String key = a.has("--keyed") ? "k" + (i % 16) : null;
                 Integer partition = a.values.containsKey("--partition") ? (int) a.num("--partition", 0) : null;
-                producer.send(new ProducerRecord<>(topic, partition, key, value), (md, e) -> {
+                Long timestamp = stamped ? tsBase + (i - start) * tsStep : null;
+                producer.send(new ProducerRecord<>(topic, partition, timestamp, key, value), (md, e) -> {
                     if (e != null) errors.add(errText(e));
                     else delivered.add(new Object[] {md.partition(), md.hasOffset() ? md.offset() : -1L, value});
                 });
@@ -561,6 +570,17 @@ public class JavaClient {
                             Map<String, Object> into = (Map<String, Object>) spec[1];
                             admin.listOffsets(req).all().get().forEach((tp, info) ->
                                 into.put(String.valueOf(tp.partition()), info.offset()));
+                        }
+                        if (a.values.containsKey("--timestamp")) {
+                            Map<String, Object> at = new TreeMap<>();
+                            r.put("at", at);
+                            Map<TopicPartition, OffsetSpec> req = new HashMap<>();
+                            for (TopicPartitionInfo pi : d.partitions()) {
+                                req.put(new TopicPartition(topic, pi.partition()),
+                                    OffsetSpec.forTimestamp(a.num("--timestamp", 0)));
+                            }
+                            admin.listOffsets(req).all().get().forEach((tp, info) ->
+                                at.put(String.valueOf(tp.partition()), info.offset()));
                         }
                     } catch (Exception e) {
                         error = errText(e);

@@ -23,6 +23,10 @@ use crate::error::{kafka_code, Failure};
 use crate::producers::Check;
 use crate::topics::PartitionHandle;
 
+/// Most bytes a compressed batch may expand to when a timestamp lookup
+/// looks inside it; a larger one answers with the batch's first offset.
+const MAX_DECOMPRESSED: usize = 64 << 20;
+
 /// Longest a Fetch waits for data, whatever the client asks.
 const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
 
@@ -290,10 +294,15 @@ impl Broker {
                     ts if ts >= 0 => match log.offset_for_timestamp(ts) {
                         Some((base, max_timestamp)) => {
                             // The spool finds the batch; the record inside it
-                            // is found here (uncompressed batches only: a
-                            // compressed batch answers with its first offset).
+                            // is found here, decompressing off the runtime's
+                            // workers if need be.
                             let exact = match self.topics.pool().read(log, base, 1).await {
-                                Ok(read) => first_record_at_or_after(&read.records, ts),
+                                Ok(read) => tokio::task::spawn_blocking(move || {
+                                    first_record_at_or_after(&read.records, ts)
+                                })
+                                .await
+                                .ok()
+                                .flatten(),
                                 Err(_) => None,
                             };
                             let (offset, timestamp) = exact.unwrap_or((base, max_timestamp));
@@ -370,10 +379,14 @@ fn first_record_at_or_after(batch: &[u8], target: i64) -> Option<(u64, i64)> {
     if h.log_append_time() {
         return (h.max_timestamp >= target).then_some((h.base_offset as u64, h.max_timestamp));
     }
-    strait_spool::batch::records(batch).ok()?.iter().find_map(|r| {
-        let timestamp = h.base_timestamp.checked_add(r.timestamp_delta)?;
-        (timestamp >= target).then_some(((h.base_offset + r.offset_delta) as u64, timestamp))
-    })
+    let section = strait_spool::batch::records_section(batch, MAX_DECOMPRESSED).ok()?;
+    strait_spool::batch::parse_records(&section, h.record_count)
+        .ok()?
+        .iter()
+        .find_map(|r| {
+            let timestamp = h.base_timestamp.checked_add(r.timestamp_delta)?;
+            (timestamp >= target).then_some(((h.base_offset + r.offset_delta) as u64, timestamp))
+        })
 }
 
 /// The headers of the batches in a produce payload, as far as they parse

@@ -1,5 +1,6 @@
-//! Arbitrary bytes through the batch header parser, the full validation and
-//! the batch iterator: never a panic, and what they say about the bytes must
+//! Arbitrary bytes through the batch header parser, the full validation,
+//! the batch iterator, and the records decoder with decompression: never a
+//! panic, never unbounded output, and what they say about the bytes must
 //! hold.
 #![no_main]
 
@@ -9,7 +10,30 @@ use strait_spool::batch::{self, BatchError, BatchHeader, Batches, HEADER_LEN, LO
 fuzz_target!(|data: &[u8]| {
     check_header(data);
     check_batches(data);
+    check_records(data);
 });
+
+/// Most bytes a compressed section may expand to here.
+const LIMIT: usize = 1 << 20;
+
+fn check_records(data: &[u8]) {
+    let Ok(h) = BatchHeader::parse(data) else {
+        return;
+    };
+    let Ok(section) = batch::records_section(data, LIMIT) else {
+        return;
+    };
+    if h.compression() != batch::Compression::None {
+        assert!(section.len() <= LIMIT, "decompressed {} bytes", section.len());
+    }
+    if let Ok(records) = batch::parse_records(&section, h.record_count) {
+        assert_eq!(records.len(), h.record_count as usize);
+        for r in &records {
+            let lens = r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len);
+            assert!(lens <= section.len());
+        }
+    }
+}
 
 fn check_header(data: &[u8]) {
     let parsed = BatchHeader::parse(data);
