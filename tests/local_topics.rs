@@ -1,8 +1,8 @@
 //! End-to-end tests of `strait serve` as a Kafka broker for local spool
 //! topics (issue 3), against real clients: Debian's kcat (librdkafka 2.0.2),
 //! confluent-kafka (librdkafka 2.16), kafka-python, the rdkafka crate
-//! (librdkafka 2.12) and the Apache Kafka Java client (kafka-clients 3.9.2),
-//! plus raw protocol checks with the `kafka-protocol` crate.
+//! (librdkafka 2.12), the Apache Kafka Java client (kafka-clients 3.9.2) and
+//! kafkajs 2.2.4, plus raw protocol checks with the `kafka-protocol` crate.
 //!
 //! For every client: an 8-partition topic gets keyed records in each
 //! compression codec the client supports and every record is read back
@@ -1151,6 +1151,52 @@ fn java_client_admin_creates_describes_and_deletes() {
     let strait = Strait::start(&[]);
     let b = strait.bootstrap();
     admin_scenario("java:admin", &strait, &b);
+}
+
+// ---------------------------------------------------------------------------
+// kafkajs 2.2.4 (`tests/clients/kafkajs/client.js`, under node)
+
+fn kafkajs_create(b: &str, topic: &str) {
+    let created = run_client(
+        "kafkajs:admin",
+        &["--bootstrap", b, "create", "--topic", topic, "--partitions", "8"],
+    );
+    assert_eq!(created["ok"], true, "{created}");
+}
+
+#[test]
+fn kafkajs_produces_each_codec_and_reads_everything_back() {
+    client_codec_scenario("kafkajs", "kafkajs:produce", "kafkajs:consume", kafkajs_create);
+}
+
+#[test]
+fn kafkajs_group_of_two_commits_and_resumes_after_restart() {
+    client_group_scenario("kafkajs:produce", "kafkajs:consume");
+}
+
+#[test]
+fn kafkajs_idempotent_producer_writes_each_record_once() {
+    let strait = Strait::start(&[]);
+    let b = strait.bootstrap();
+    let topic = unique("kafkajs-idem");
+    kafkajs_create(&b, &topic);
+    let counts = py_produce("kafkajs:produce", &b, &topic, "gzip", 0, 300, &["--idempotent"]);
+    let consumed = py_consume_assign("kafkajs:consume", &b, &topic, 300);
+    check_exactly_once(
+        "kafkajs idempotent",
+        &consumed,
+        &values("gzip", 0, 300),
+        &BTreeMap::new(),
+    );
+    assert_eq!(consumed.per_partition(), counts);
+    check_idempotent_batches(&strait, &topic, 1);
+}
+
+#[test]
+fn kafkajs_admin_creates_describes_and_deletes() {
+    let strait = Strait::start(&[]);
+    let b = strait.bootstrap();
+    admin_scenario("kafkajs:admin", &strait, &b);
 }
 
 // ---------------------------------------------------------------------------

@@ -249,6 +249,7 @@ impl Topics {
             p.appended.notify_waiters();
         }
         let root = self.root.clone();
+        let topic_name = name.to_owned();
         let name = name.to_owned();
         tokio::task::spawn_blocking(move || -> Result<(), TopicError> {
             let meta = root.join(format!("{name}.topic"));
@@ -266,7 +267,7 @@ impl Topics {
         })
         .await
         .expect("topic deletion does not panic")?;
-        tracing::info!(topic = %name_for_log(&self.root), "deleted topic");
+        tracing::info!(topic = %topic_name, "deleted topic");
         Ok(())
     }
 
@@ -334,10 +335,6 @@ impl Topics {
         self.write().insert(name.to_owned(), Arc::new(grown));
         Ok(())
     }
-}
-
-fn name_for_log(root: &Path) -> String {
-    root.display().to_string()
 }
 
 /// Kafka's rules for topic names.

@@ -11,8 +11,9 @@
 //!   temporary data directory, with kill / stop / restart.
 //! - [`run_client`] / [`try_client`]: run a script from `tests/clients/` with
 //!   the venv's Python (or `java:produce|consume|admin`: the Java client
-//!   `tests/clients/JavaClient.java`, compiled once per process) and parse
-//!   the JSON line it prints last.
+//!   `tests/clients/JavaClient.java`, compiled once per process; or
+//!   `kafkajs:produce|consume|admin`: `tests/clients/kafkajs/client.js`
+//!   under node) and parse the JSON line it prints last.
 //! - [`kcat`]: Debian's kcat (librdkafka 2.0.2), with a timeout.
 //!
 //! Every child process runs under a timeout and is killed when it expires.
@@ -53,6 +54,8 @@ pub struct Peers {
     pub clients: PathBuf,
     /// The Java client's jars (kafka-clients 3.9.2 and its runtime).
     pub java_lib: PathBuf,
+    /// kafkajs and its codec packages (`NODE_PATH` for the node client).
+    pub node_modules: PathBuf,
     /// What `scripts/peers` printed: the installed versions.
     pub versions: String,
 }
@@ -94,6 +97,7 @@ fn install_peers() -> Result<Peers, String> {
         tansu: peers.join("bin/tansu"),
         clients: root.join("tests/clients"),
         java_lib: peers.join("java/lib"),
+        node_modules: peers.join("node/node_modules"),
         versions: stdout,
     };
     for (name, path) in [
@@ -101,6 +105,7 @@ fn install_peers() -> Result<Peers, String> {
         ("kcat", &p.kcat),
         ("tansu", &p.tansu),
         ("kafka-clients.jar", &p.java_lib.join("kafka-clients.jar")),
+        ("kafkajs", &p.node_modules.join("kafkajs")),
     ] {
         if !path.exists() {
             return Err(format!(
@@ -651,9 +656,9 @@ fn java_classes(peers: &Peers) -> PathBuf {
 }
 
 /// Runs `tests/clients/<script>` with the venv's Python, or for
-/// `java:<command>` the Java client with `<command>` as its first argument,
-/// and returns whatever happened (no assertion). Killed after
-/// [`CLIENT_TIMEOUT`].
+/// `java:<command>` / `kafkajs:<command>` the Java / kafkajs client with
+/// `<command>` as its first argument, and returns whatever happened (no
+/// assertion). Killed after [`CLIENT_TIMEOUT`].
 pub fn try_client(script: &str, args: &[&str]) -> ClientRun {
     let peers = peers();
     let mut cmd = if let Some(command) = script.strip_prefix("java:") {
@@ -667,6 +672,12 @@ pub fn try_client(script: &str, args: &[&str]) -> ClientRun {
             .arg(classpath)
             .arg("JavaClient")
             .arg(command);
+        cmd
+    } else if let Some(command) = script.strip_prefix("kafkajs:") {
+        let mut cmd = Command::new("node");
+        cmd.arg(peers.clients.join("kafkajs/client.js"))
+            .arg(command)
+            .env("NODE_PATH", &peers.node_modules);
         cmd
     } else {
         let path = peers.clients.join(script);
