@@ -247,7 +247,7 @@ fn log_tail(strait: &Strait) -> String {
 }
 
 // ---------------------------------------------------------------------------
-// Python clients
+// Scripted clients (Python, Java, kafkajs: tests/clients/)
 
 fn ck_create(b: &str, topic: &str, partitions: i32) {
     let created = run_client(
@@ -265,9 +265,10 @@ fn ck_create(b: &str, topic: &str, partitions: i32) {
     assert_eq!(created["ok"], true, "{created}");
 }
 
-/// Runs a `*_produce.py` script; asserts every record was delivered and
+/// Runs a scripted producer (`*_produce.py`, `java:produce`,
+/// `kafkajs:produce`); asserts every record was delivered and
 /// returns the per-partition counts.
-fn py_produce(
+fn client_produce(
     script: &str,
     b: &str,
     topic: &str,
@@ -309,8 +310,8 @@ fn py_produce(
     counts
 }
 
-/// Runs a `*_consume.py` script in `--assign` mode (no group).
-fn py_consume_assign(script: &str, b: &str, topic: &str, expect: u64) -> Consumed {
+/// Runs a scripted consumer in `--assign` mode (no group).
+fn client_consume_assign(script: &str, b: &str, topic: &str, expect: u64) -> Consumed {
     let e = expect.to_string();
     let run = try_client(
         script,
@@ -343,9 +344,9 @@ fn py_consume_assign(script: &str, b: &str, topic: &str, expect: u64) -> Consume
     Consumed::from_json(&json)
 }
 
-/// Runs a `*_consume.py` script as a group of two members with commits and
+/// Runs a scripted consumer as a group of two members with commits and
 /// returns (consumed, the JSON).
-fn py_consume_group(
+fn client_consume_group(
     script: &str,
     strait: &Strait,
     topic: &str,
@@ -429,7 +430,7 @@ fn client_group_scenario(produce: &str, consume: &str) {
     for (codec, start) in [("lz4", 0), ("zstd", 150)] {
         add_counts(
             &mut counts,
-            &py_produce(produce, &b, &topic, codec, start, 150, &[]),
+            &client_produce(produce, &b, &topic, codec, start, 150, &[]),
         );
     }
     let expected: BTreeSet<String> = values("lz4", 0, 150)
@@ -437,7 +438,7 @@ fn client_group_scenario(produce: &str, consume: &str) {
         .chain(values("zstd", 150, 150))
         .collect();
 
-    let (first, json) = py_consume_group(consume, &strait, &topic, &group, 300, "1");
+    let (first, json) = client_consume_group(consume, &strait, &topic, &group, 300, "1");
     check_exactly_once(
         &format!("{consume} group, first run"),
         &first,
@@ -470,9 +471,9 @@ fn client_group_scenario(produce: &str, consume: &str) {
 
     add_counts(
         &mut counts,
-        &py_produce(produce, &b, &topic, "gzip", 300, 100, &[]),
+        &client_produce(produce, &b, &topic, "gzip", 300, 100, &[]),
     );
-    let (resumed, json) = py_consume_group(consume, &strait, &topic, &group, 100, "2");
+    let (resumed, json) = client_consume_group(consume, &strait, &topic, &group, 100, "2");
     // Only the new records, each partition starting where the commit was.
     let mut starts = first
         .per_partition()
@@ -736,11 +737,11 @@ fn client_codec_scenario(what: &str, produce: &str, consume: &str, create: impl 
         let start = n as u64 * PER_CODEC;
         add_counts(
             &mut counts,
-            &py_produce(produce, &b, &topic, codec, start, PER_CODEC, &[]),
+            &client_produce(produce, &b, &topic, codec, start, PER_CODEC, &[]),
         );
         expected.extend(values(codec, start, PER_CODEC));
     }
-    let consumed = py_consume_assign(consume, &b, &topic, expected.len() as u64);
+    let consumed = client_consume_assign(consume, &b, &topic, expected.len() as u64);
     check_exactly_once(
         &format!("{what}, every codec"),
         &consumed,
@@ -770,7 +771,7 @@ fn confluent_kafka_idempotent_producer_writes_each_record_once() {
     for (codec, start) in [("none", 0), ("lz4", 200)] {
         add_counts(
             &mut counts,
-            &py_produce(
+            &client_produce(
                 "ck_produce.py",
                 &b,
                 &topic,
@@ -791,7 +792,7 @@ fn confluent_kafka_idempotent_producer_writes_each_record_once() {
         .into_iter()
         .chain(values("lz4", 200, 200))
         .collect();
-    let consumed = py_consume_assign("ck_consume.py", &b, &topic, 400);
+    let consumed = client_consume_assign("ck_consume.py", &b, &topic, 400);
     check_exactly_once(
         "confluent-kafka idempotent",
         &consumed,
@@ -986,8 +987,8 @@ fn kafka_python_idempotent_producer_writes_each_record_once() {
     let b = strait.bootstrap();
     let topic = unique("kp-idem");
     ck_create(&b, &topic, PARTITIONS);
-    let counts = py_produce("kp_produce.py", &b, &topic, "snappy", 0, 300, &["--idempotent"]);
-    let consumed = py_consume_assign("kp_consume.py", &b, &topic, 300);
+    let counts = client_produce("kp_produce.py", &b, &topic, "snappy", 0, 300, &["--idempotent"]);
+    let consumed = client_consume_assign("kp_consume.py", &b, &topic, 300);
     check_exactly_once(
         "kafka-python idempotent",
         &consumed,
@@ -1038,7 +1039,7 @@ fn java_client_idempotent_by_default_writes_each_record_once() {
     for (codec, start) in [("none", 0), ("zstd", 200)] {
         add_counts(
             &mut counts,
-            &py_produce(
+            &client_produce(
                 "java:produce",
                 &b,
                 &topic,
@@ -1058,7 +1059,7 @@ fn java_client_idempotent_by_default_writes_each_record_once() {
         .into_iter()
         .chain(values("zstd", 200, 200))
         .collect();
-    let consumed = py_consume_assign("java:consume", &b, &topic, 400);
+    let consumed = client_consume_assign("java:consume", &b, &topic, 400);
     check_exactly_once("Java idempotent", &consumed, &expected, &BTreeMap::new());
     assert_eq!(consumed.per_partition(), counts);
     check_idempotent_batches(&strait, &topic, 2);
@@ -1180,8 +1181,8 @@ fn kafkajs_idempotent_producer_writes_each_record_once() {
     let b = strait.bootstrap();
     let topic = unique("kafkajs-idem");
     kafkajs_create(&b, &topic);
-    let counts = py_produce("kafkajs:produce", &b, &topic, "gzip", 0, 300, &["--idempotent"]);
-    let consumed = py_consume_assign("kafkajs:consume", &b, &topic, 300);
+    let counts = client_produce("kafkajs:produce", &b, &topic, "gzip", 0, 300, &["--idempotent"]);
+    let consumed = client_consume_assign("kafkajs:consume", &b, &topic, 300);
     check_exactly_once(
         "kafkajs idempotent",
         &consumed,
@@ -2582,7 +2583,7 @@ fn confluent_kafka_acks_0_and_1_are_stored() {
         );
         assert_eq!(get_u64(&produced, "delivered"), 150, "{produced}");
     }
-    let consumed = py_consume_assign("ck_consume.py", &b, &topic, 300);
+    let consumed = client_consume_assign("ck_consume.py", &b, &topic, 300);
     let expected: BTreeSet<String> = values("acks0", 0, 150)
         .into_iter()
         .chain(values("acks1", 150, 150))
@@ -2650,7 +2651,7 @@ fn confluent_kafka_oversized_record_is_refused_with_message_too_large() {
         ],
     );
     assert_eq!(get_u64(&produced, "delivered"), 20, "{produced}");
-    let consumed = py_consume_assign("ck_consume.py", &b, &topic, 20);
+    let consumed = client_consume_assign("ck_consume.py", &b, &topic, 20);
     assert_eq!(consumed.records.len(), 20);
     assert!(consumed
         .records
@@ -3095,7 +3096,7 @@ fn kafka_python_with_old_protocol_versions() {
         let mut expected = BTreeSet::new();
         for (n, codec) in codecs.iter().enumerate() {
             let start = n as u64 * 50;
-            py_produce("kp_produce.py", &b, &topic, codec, start, 50, &["-X", &api]);
+            client_produce("kp_produce.py", &b, &topic, codec, start, 50, &["-X", &api]);
             expected.extend(values(codec, start, 50));
         }
         let e = expected.len().to_string();
