@@ -144,6 +144,11 @@ pub struct BrokerConfig {
     /// rebalance completes (Kafka's `group.initial.rebalance.delay.ms`).
     /// Default `3s`, Kafka's default.
     pub group_initial_rebalance_delay: HumanDuration,
+    /// The committed offsets of a consumer group with no members are
+    /// deleted once its newest commit is this old (Kafka's
+    /// `offsets.retention.minutes`). Default `7d`; `null` keeps them
+    /// forever.
+    pub offsets_retention: Option<HumanDuration>,
 }
 
 impl Default for BrokerConfig {
@@ -154,6 +159,7 @@ impl Default for BrokerConfig {
             group_min_session_timeout: HumanDuration::secs(6),
             group_max_session_timeout: HumanDuration::minutes(30),
             group_initial_rebalance_delay: HumanDuration::secs(3),
+            offsets_retention: Some(HumanDuration::days(7)),
         }
     }
 }
@@ -170,6 +176,12 @@ impl BrokerConfig {
             return Err(Invalid::new(
                 format!("{prefix}.group_min_session_timeout"),
                 "must be positive",
+            ));
+        }
+        if self.offsets_retention.is_some_and(|r| r.is_zero()) {
+            return Err(Invalid::new(
+                format!("{prefix}.offsets_retention"),
+                "must be positive (or null to keep offsets forever)",
             ));
         }
         if self.group_max_session_timeout < self.group_min_session_timeout {
@@ -238,6 +250,27 @@ mod tests {
         assert_eq!(
             broker.validate("broker").unwrap_err().path,
             "broker.default_partitions"
+        );
+        let broker = BrokerConfig {
+            offsets_retention: Some(HumanDuration::secs(0)),
+            ..BrokerConfig::default()
+        };
+        assert_eq!(
+            broker.validate("broker").unwrap_err().path,
+            "broker.offsets_retention"
+        );
+        let forever = BrokerConfig {
+            offsets_retention: None,
+            ..BrokerConfig::default()
+        };
+        forever.validate("broker").unwrap();
+        let check = ServerConfig {
+            request_timeout: HumanDuration::secs(0),
+            ..ServerConfig::default()
+        };
+        assert_eq!(
+            check.validate("server").unwrap_err().path,
+            "server.request_timeout"
         );
     }
 

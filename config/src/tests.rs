@@ -221,6 +221,7 @@ broker:
   group_min_session_timeout: 6s
   group_max_session_timeout: 30m
   group_initial_rebalance_delay: 3s
+  offsets_retention: 7d
 spool:
   segment_bytes: 1GiB
   segment_age: 7d

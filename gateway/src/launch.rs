@@ -96,6 +96,7 @@ impl Strait {
                 min_session_timeout: config.broker.group_min_session_timeout.duration(),
                 max_session_timeout: config.broker.group_max_session_timeout.duration(),
                 initial_rebalance_delay: config.broker.group_initial_rebalance_delay.duration(),
+                offsets_retention: config.broker.offsets_retention.map(|r| r.duration()),
                 ..GroupConfig::new(data_dir.join("groups"))
             };
             let pool = Arc::clone(&pool);

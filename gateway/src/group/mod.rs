@@ -33,6 +33,9 @@
 //!   in `offsets.rs`), replayed on [`GroupCoordinator::open`] and compacted
 //!   (rewritten with only the live offsets, swapped in by renames) at open
 //!   and in the background once dead entries outnumber live ones.
+//! - Offsets expire: a group with no members whose newest commit is older
+//!   than [`GroupConfig::offsets_retention`] (7 days) loses its offsets,
+//!   durably, at the next check (every 10 min).
 //!
 //! Not persisted: group membership. After a restart, groups come back Empty
 //! (with their offsets) and members rejoin after their next request fails
@@ -113,6 +116,13 @@ pub struct GroupConfig {
     /// holds at least this many dead entries and no fewer dead than live
     /// ones. Default 100 000.
     pub compact_min_dead_entries: u64,
+    /// The committed offsets of a group with no members are deleted once
+    /// its newest commit is this old (Kafka's `offsets.retention.minutes`,
+    /// 7 days). `None` keeps them forever.
+    pub offsets_retention: Option<Duration>,
+    /// How often expired offsets are looked for (Kafka's
+    /// `offsets.retention.check.interval.ms`, 10 min).
+    pub offsets_retention_check_interval: Duration,
 }
 
 impl GroupConfig {
@@ -127,6 +137,8 @@ impl GroupConfig {
             offsets_dir: offsets_dir.into(),
             offsets_segment_bytes: 64 << 20,
             compact_min_dead_entries: 100_000,
+            offsets_retention: Some(Duration::from_secs(7 * 24 * 3600)),
+            offsets_retention_check_interval: Duration::from_secs(10 * 60),
         }
     }
 }
@@ -187,8 +199,9 @@ pub enum GroupError {
 }
 
 /// The group coordinator. Cheap to clone; clones share the state. Dropping
-/// the last clone stops its timer task (call [`GroupCoordinator::shutdown`]
-/// first for a clean close of the offsets log).
+/// the last clone stops its timer and expiry tasks (call
+/// [`GroupCoordinator::shutdown`] first for a clean close of the offsets
+/// log).
 #[derive(Debug, Clone)]
 pub struct GroupCoordinator {
     shared: Arc<Shared>,
@@ -257,13 +270,119 @@ impl State {
     }
 }
 
+/// Aborts the coordinator's background tasks when the last clone goes.
 #[derive(Debug)]
-struct ReaperGuard(tokio::task::JoinHandle<()>);
+struct ReaperGuard(Vec<tokio::task::JoinHandle<()>>);
 
 impl Drop for ReaperGuard {
     fn drop(&mut self) {
-        self.0.abort();
+        for task in &self.0 {
+            task.abort();
+        }
     }
+}
+
+/// Every `offsets_retention_check_interval`, deletes expired offsets.
+async fn expirer(shared: Weak<Shared>) {
+    let Some(interval) = shared.upgrade().and_then(|s| {
+        s.config
+            .offsets_retention
+            .map(|_| s.config.offsets_retention_check_interval)
+    }) else {
+        return;
+    };
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(shared) = shared.upgrade() else { return };
+        if shared.lock().closed {
+            return;
+        }
+        expire_offsets(&shared, offsets::now_ms()).await;
+    }
+}
+
+/// Deletes, durably, the offsets of every group that has no members and
+/// whose newest commit is older than `offsets_retention` at `now_ms`.
+/// Returns the groups whose offsets expired. Kafka expires a consumer
+/// group's offsets this way once it has been empty for the retention time;
+/// Strait measures from the newest commit, which a consumer group makes as
+/// its last members leave. (Kafka expires a standalone group partition by
+/// partition; Strait keeps all of a group's offsets while any is fresh.)
+async fn expire_offsets(shared: &Arc<Shared>, now_ms: i64) -> Vec<String> {
+    let Some(retention) = shared.config.offsets_retention else {
+        return Vec::new();
+    };
+    let cutoff = now_ms.saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+    let gate = shared.gate.read().await;
+    let (seq, entries, append) = {
+        let mut guard = shared.lock();
+        let st = &mut *guard;
+        // A commit in flight is applied after the deletion is written; wait
+        // for a quiet moment rather than delete what it writes.
+        if st.closed || st.offsets.has_inflight() {
+            return Vec::new();
+        }
+        let Some(log) = st.log.as_ref() else {
+            return Vec::new();
+        };
+        let expired: Vec<String> = st
+            .offsets
+            .group_ids()
+            .filter(|id| st.groups.get(*id).is_none_or(Group::is_idle))
+            .filter(|id| {
+                st.offsets
+                    .group(id)
+                    .is_some_and(|o| o.values().all(|c| c.commit_timestamp < cutoff))
+            })
+            .cloned()
+            .collect();
+        if expired.is_empty() {
+            return Vec::new();
+        }
+        let entries: Vec<Entry> = expired
+            .iter()
+            .map(|group| Entry::DeleteGroup { group: group.clone() })
+            .collect();
+        let seq = st.offsets.begin();
+        let append = shared.pool.append(log, offsets::encode_batch(&entries, now_ms));
+        (seq, entries, append)
+    };
+    let outcome = append.await;
+    let mut st = shared.lock();
+    let mut expired = Vec::new();
+    match outcome {
+        Ok(_) => {
+            for entry in &entries {
+                if let Entry::DeleteGroup { group } = entry {
+                    tracing::info!(group = %group, retention = ?retention, "committed offsets expired");
+                    expired.push(group.clone());
+                }
+            }
+            st.apply(seq, entries);
+            st.gc_all();
+        }
+        Err(e) => tracing::warn!(error = %e, "writing the expiry of committed offsets failed"),
+    }
+    st.offsets.finish(seq);
+    maybe_compact(shared, &mut st);
+    drop(st);
+    drop(gate);
+    expired
+}
+
+/// Starts a background compaction of the offsets log when it is due.
+fn maybe_compact(shared: &Arc<Shared>, st: &mut State) {
+    if st.compacting
+        || st.closed
+        || st.offsets.log_entries < st.compact_retry_at
+        || !st
+            .offsets
+            .needs_compaction(shared.config.compact_min_dead_entries)
+    {
+        return;
+    }
+    st.compacting = true;
+    tokio::spawn(compact_online(Arc::clone(shared)));
 }
 
 /// Fires due timers, then sleeps until the next one (or until a new,
@@ -389,10 +508,13 @@ impl GroupCoordinator {
             wake: Arc::clone(&wake),
             gate: tokio::sync::RwLock::new(()),
         });
-        let task = runtime.spawn(reaper(Arc::downgrade(&shared), wake));
+        let tasks = vec![
+            runtime.spawn(reaper(Arc::downgrade(&shared), wake)),
+            runtime.spawn(expirer(Arc::downgrade(&shared))),
+        ];
         Ok(GroupCoordinator {
             shared,
-            _reaper: Arc::new(ReaperGuard(task)),
+            _reaper: Arc::new(ReaperGuard(tasks)),
         })
     }
 
@@ -755,18 +877,15 @@ impl GroupCoordinator {
     }
 
     fn maybe_compact(&self, st: &mut State) {
-        if st.compacting
-            || st.closed
-            || st.offsets.log_entries < st.compact_retry_at
-            || !st
-                .offsets
-                .needs_compaction(self.shared.config.compact_min_dead_entries)
-        {
-            return;
-        }
-        st.compacting = true;
-        let shared = Arc::clone(&self.shared);
-        tokio::spawn(compact_online(shared));
+        maybe_compact(&self.shared, st);
+    }
+
+    /// Deletes the offsets that have expired at `now_ms` (see
+    /// [`GroupConfig::offsets_retention`]); returns the groups they were
+    /// of. A background task calls this every
+    /// [`GroupConfig::offsets_retention_check_interval`].
+    pub async fn expire_offsets_at(&self, now_ms: i64) -> Vec<String> {
+        expire_offsets(&self.shared, now_ms).await
     }
 
     /// OffsetFetch (v1-v9). Partitions without a commit get offset -1 and no

@@ -1339,3 +1339,55 @@ async fn handler_futures_are_send() {
     fn shared<T: Send + Sync + Clone + 'static>(_: &T) {}
     shared(&c);
 }
+
+#[tokio::test]
+async fn offsets_of_groups_without_members_expire_durably() {
+    let dir = tempfile::tempdir().unwrap();
+    let day_ms = 24 * 3600 * 1000;
+    let committed_at = {
+        let c = open(dir.path());
+        // A standalone group, and a consumer group with members.
+        let r = commit(&c, commit_req("idle", -1, "", &[("t", 0, 10, "")]), 8).await;
+        assert_eq!(errors(&r), vec![NONE]);
+        let (a, _) = form_group(&c, "busy").await;
+        let r = commit(&c, commit_req("busy", 2, &a, &[("t", 0, 20, "")]), 8).await;
+        assert_eq!(errors(&r), vec![NONE]);
+        let at = super::offsets::now_ms();
+
+        // Not yet: the newest commit is younger than the 7-day retention.
+        assert!(c.expire_offsets_at(at + 6 * day_ms).await.is_empty());
+        assert_eq!(fetch_v7(&c, "idle", None).await, vec![row("t", 0, 10, 7, "")]);
+
+        // Past the retention: the group without members loses its offsets,
+        // the group with members keeps them.
+        assert_eq!(
+            c.expire_offsets_at(at + 8 * day_ms).await,
+            vec!["idle".to_string()]
+        );
+        assert!(fetch_v7(&c, "idle", None).await.is_empty());
+        assert_eq!(state(&c, "idle"), "Dead");
+        assert_eq!(fetch_v7(&c, "busy", None).await, vec![row("t", 0, 20, 7, "")]);
+        c.shutdown().await;
+        at
+    };
+    // The expiry is in the log: gone after a reopen too, and the group
+    // with members (none now, after the restart) expires in its turn.
+    let c = open(dir.path());
+    assert!(fetch_v7(&c, "idle", None).await.is_empty());
+    assert_eq!(fetch_v7(&c, "busy", None).await, vec![row("t", 0, 20, 7, "")]);
+    assert_eq!(
+        c.expire_offsets_at(committed_at + 8 * day_ms).await,
+        vec!["busy".to_string()]
+    );
+    assert_eq!(c.offset_log_stats().live_offsets, 0);
+
+    // Retention off: nothing ever expires.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.offsets_retention = None;
+    let c = GroupCoordinator::open(config, pool()).unwrap();
+    let r = commit(&c, commit_req("kept", -1, "", &[("t", 0, 1, "")]), 8).await;
+    assert_eq!(errors(&r), vec![NONE]);
+    assert!(c.expire_offsets_at(i64::MAX).await.is_empty());
+    assert_eq!(fetch_v7(&c, "kept", None).await, vec![row("t", 0, 1, 7, "")]);
+}
