@@ -349,6 +349,37 @@ pub fn records(batch: &[u8]) -> Result<Vec<Record<'_>>, RecordError> {
     parse_records(section_of(batch, &header)?, header.record_count)
 }
 
+/// The newest record timestamp of the batch at the start of `batch`, read
+/// from its records (decompressed, at most `limit` bytes, if need be)
+/// rather than from the header's max timestamp.
+pub fn newest_record_timestamp(batch: &[u8], limit: usize) -> Result<i64, RecordError> {
+    let header = BatchHeader::parse(batch)?;
+    let section = records_section(batch, limit)?;
+    let records = parse_records(&section, header.record_count)?;
+    Ok(records
+        .iter()
+        .map(|r| header.base_timestamp.saturating_add(r.timestamp_delta))
+        .fold(header.base_timestamp, i64::max))
+}
+
+/// Rewrites the max timestamp of the batch at the start of `buf` and
+/// recomputes its CRC (which covers it). Check the batch first: the new CRC
+/// vouches for whatever bytes are there.
+pub fn set_max_timestamp(buf: &mut [u8], max_timestamp: i64) -> Result<(), BatchError> {
+    let header = BatchHeader::parse(buf)?;
+    let size = header.size();
+    if buf.len() < size {
+        return Err(BatchError::Truncated {
+            needed: size,
+            available: buf.len(),
+        });
+    }
+    buf[35..43].copy_from_slice(&max_timestamp.to_be_bytes());
+    let crc = crc32c::crc32c(&buf[CRC_START..size]);
+    buf[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
+}
+
 /// The records section of the batch at the start of `batch`: borrowed when
 /// the batch is uncompressed, decompressed (at most `limit` bytes) when it
 /// is not. Decode it with [`parse_records`] and the header's record count.
@@ -620,5 +651,22 @@ mod tests {
         assert_eq!(items[1].as_ref().unwrap().0, second);
         assert_eq!(items[1].as_ref().unwrap().1.record_count, 2);
         assert!(matches!(items[2], Err((p, BatchError::TruncatedHeader { .. })) if p == third));
+    }
+
+    #[test]
+    fn a_wrong_max_timestamp_is_recomputed_from_the_records() {
+        // Records at 500, 501, 502; a producer that writes -1 as the max
+        // (sarama 1.22 does) gets it fixed, with a CRC that matches again.
+        let mut buf = build::batch(500, &[b"a", b"b", b"c"]);
+        set_max_timestamp(&mut buf, -1).unwrap();
+        let h = validate(&buf).unwrap();
+        assert_eq!(h.max_timestamp, -1);
+        assert_eq!(newest_record_timestamp(&buf, 1 << 20), Ok(502));
+        set_max_timestamp(&mut buf, 502).unwrap();
+        assert_eq!(validate(&buf).unwrap().max_timestamp, 502);
+        assert!(matches!(
+            set_max_timestamp(&mut buf[..40], 1),
+            Err(BatchError::TruncatedHeader { .. })
+        ));
     }
 }

@@ -13,7 +13,9 @@
 //!   the venv's Python (or `java:produce|consume|admin`: the Java client
 //!   `tests/clients/JavaClient.java`, compiled once per process; or
 //!   `kafkajs:produce|consume|admin`: `tests/clients/kafkajs/client.js`
-//!   under node) and parse the JSON line it prints last.
+//!   under node; or `sarama:produce|consume|admin`: the Go client
+//!   `tests/clients/sarama/main.go`, built once per process) and parse the
+//!   JSON line it prints last.
 //! - [`kcat`]: Debian's kcat (librdkafka 2.0.2), with a timeout.
 //!
 //! Every child process runs under a timeout and is killed when it expires.
@@ -610,53 +612,87 @@ fn tail(s: &str, max: usize) -> &str {
     &s[i..]
 }
 
-/// `tests/clients/JavaClient.java` compiled against the peers' jars, once
-/// per test process, into a directory named by the source's hash (so test
-/// processes share it and an edit recompiles). Panics if javac fails.
-fn java_classes(peers: &Peers) -> PathBuf {
-    static CLASSES: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let compiled = CLASSES.get_or_init(|| {
-        use std::hash::{Hash, Hasher};
-        let source = peers.clients.join("JavaClient.java");
-        let text = fs::read(&source).map_err(|e| format!("{}: {e}", source.display()))?;
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        text.hash(&mut h);
-        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let dir = base.join(format!("java-client-{:016x}", h.finish()));
-        if dir.join("JavaClient.class").exists() {
-            return Ok(dir);
-        }
-        // Compile aside, then rename: a concurrent process may win the race.
-        let tmp = base.join(format!("java-client-tmp-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&tmp);
-        let out = Command::new("javac")
-            .arg("-d")
-            .arg(&tmp)
-            .arg("-cp")
-            .arg(peers.java_lib.join("*"))
-            .arg(&source)
-            .output()
-            .map_err(|e| format!("cannot run javac: {e} (run scripts/peers)"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "javac {} failed:\n{}",
-                source.display(),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        if fs::rename(&tmp, &dir).is_err() {
-            let _ = fs::remove_dir_all(&tmp);
-        }
-        Ok(dir)
-    });
-    match compiled {
-        Ok(dir) => dir.clone(),
-        Err(e) => panic!("{e}"),
+/// Builds a compiled test client from `source` into a directory named by
+/// the source's hash under the cargo target's temporary directory, once:
+/// test processes share it and an edit rebuilds. `build` gets the source
+/// and an empty output directory. Panics (failing the test) if it fails.
+fn built_client(source: &Path, build: impl FnOnce(&Path, &Path) -> Command) -> PathBuf {
+    use std::hash::{Hash, Hasher};
+    let text = fs::read(source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let name = source.file_stem().unwrap_or_default().to_string_lossy();
+    let dir = base.join(format!("client-{name}-{:016x}", h.finish()));
+    if dir.join("built").exists() {
+        return dir;
     }
+    // Build aside, then rename: a concurrent process may win the race.
+    let tmp = base.join(format!("client-{name}-tmp-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp).expect("creating the build directory");
+    let mut cmd = build(source, &tmp);
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot build {}: {e} (run scripts/peers)", source.display()));
+    assert!(
+        out.status.success(),
+        "building {} failed ({:?}):\n{}",
+        source.display(),
+        cmd,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fs::write(tmp.join("built"), b"").expect("marking the build done");
+    if fs::rename(&tmp, &dir).is_err() {
+        let _ = fs::remove_dir_all(&tmp);
+    }
+    dir
+}
+
+/// `tests/clients/JavaClient.java` compiled against the peers' jars.
+fn java_classes(peers: &Peers) -> PathBuf {
+    static CLASSES: OnceLock<PathBuf> = OnceLock::new();
+    CLASSES
+        .get_or_init(|| {
+            built_client(&peers.clients.join("JavaClient.java"), |source, out| {
+                let mut cmd = Command::new("javac");
+                cmd.arg("-d")
+                    .arg(out)
+                    .arg("-cp")
+                    .arg(peers.java_lib.join("*"))
+                    .arg(source);
+                cmd
+            })
+        })
+        .clone()
+}
+
+/// `tests/clients/sarama/main.go` built against Debian's Sarama (GOPATH
+/// mode: no module proxy is needed).
+fn sarama_client(peers: &Peers) -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("go-build-cache");
+            built_client(&peers.clients.join("sarama/main.go"), |source, out| {
+                let mut cmd = Command::new("go");
+                cmd.args(["build", "-o"])
+                    .arg(out.join("sarama-client"))
+                    .arg(source)
+                    .env("GO111MODULE", "off")
+                    .env("GOPATH", "/usr/share/gocode")
+                    .env("GOCACHE", &cache)
+                    .env("CGO_CFLAGS", "-Wno-deprecated-declarations");
+                cmd
+            })
+            .join("sarama-client")
+        })
+        .clone()
 }
 
 /// Runs `tests/clients/<script>` with the venv's Python, or for
-/// `java:<command>` / `kafkajs:<command>` the Java / kafkajs client with
+/// `java:<command>` / `kafkajs:<command>` / `sarama:<command>` the Java /
+/// kafkajs / Sarama client with
 /// `<command>` as its first argument, and returns whatever happened (no
 /// assertion). Killed after [`CLIENT_TIMEOUT`].
 pub fn try_client(script: &str, args: &[&str]) -> ClientRun {
@@ -672,6 +708,10 @@ pub fn try_client(script: &str, args: &[&str]) -> ClientRun {
             .arg(classpath)
             .arg("JavaClient")
             .arg(command);
+        cmd
+    } else if let Some(command) = script.strip_prefix("sarama:") {
+        let mut cmd = Command::new(sarama_client(&peers));
+        cmd.arg(command);
         cmd
     } else if let Some(command) = script.strip_prefix("kafkajs:") {
         let mut cmd = Command::new("node");

@@ -15,7 +15,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
-use strait_spool::batch::BatchHeader;
+use strait_spool::batch::{BatchHeader, Compression};
 use tokio::time::Instant;
 
 use super::{s, Broker};
@@ -49,7 +49,7 @@ impl Broker {
                 work.push(async move {
                     let answer = match refuse {
                         Some(code) => error_produce(index, code, None),
-                        None => self.produce_partition(&name, index, records).await,
+                        None => self.produce_partition(&name, index, records, version).await,
                     };
                     for_version(answer, version)
                 });
@@ -80,6 +80,7 @@ impl Broker {
         topic: &str,
         index: i32,
         records: Option<Bytes>,
+        version: i16,
     ) -> PartitionProduceResponse {
         let Some(partition) = self.topics.get(topic).and_then(|t| t.partition(index).cloned()) else {
             return error_produce(index, ResponseError::UnknownTopicOrPartition, None);
@@ -88,6 +89,27 @@ impl Broker {
             return error_produce(index, ResponseError::CorruptMessage, Some("no records"));
         };
         let headers = headers_of(&records);
+        // KIP-110: zstd needs Produce v7, as in Kafka.
+        if version < 7 && headers.iter().any(|h| h.compression() == Compression::Zstd) {
+            return error_produce(
+                index,
+                ResponseError::UnsupportedCompressionType,
+                Some("zstd needs Produce v7 or later"),
+            );
+        }
+        // A batch whose max timestamp is below its first timestamp (sarama
+        // 1.22 writes -1) gets the max of its records, as Kafka's broker
+        // sets it: retention and timestamp lookups go by it.
+        let records = if headers
+            .iter()
+            .any(|h| !h.log_append_time() && h.max_timestamp < h.base_timestamp)
+        {
+            tokio::task::spawn_blocking(move || repair_max_timestamps(records))
+                .await
+                .expect("repairing timestamps does not panic")
+        } else {
+            records
+        };
         let idempotent = headers.iter().any(|h| h.producer_id >= 0);
         // Idempotent appends to one partition are checked and written one
         // at a time, so the sequence state follows the log.
@@ -249,6 +271,13 @@ impl Broker {
                                 .with_last_stable_offset(read.high_watermark as i64),
                         );
                     }
+                    // KIP-110: a consumer older than Fetch v10 cannot read
+                    // zstd; Kafka answers so rather than send it.
+                    Ok(read) if version < 10 && has_zstd(&read.records) => {
+                        errors = true;
+                        out.partitions
+                            .push(data.with_error_code(ResponseError::UnsupportedCompressionType.code()));
+                    }
                     Ok(read) => {
                         total += read.records.len();
                         budget = budget.saturating_sub(read.records.len());
@@ -374,6 +403,44 @@ fn error_produce(index: i32, code: ResponseError, message: Option<&str>) -> Part
 
 /// In an uncompressed batch (the first of `batch`), the offset and
 /// timestamp of the first record whose timestamp is at least `target`.
+/// Whether any whole batch in `records` is zstd-compressed.
+fn has_zstd(records: &[u8]) -> bool {
+    let mut rest = records;
+    while let Ok(h) = BatchHeader::parse(rest) {
+        if h.compression() == Compression::Zstd {
+            return true;
+        }
+        rest = rest.get(h.size()..).unwrap_or_default();
+    }
+    false
+}
+
+/// Sets, in a copy of `records`, the max timestamp of every batch whose
+/// header has it below the first timestamp, from the batch's records. A
+/// batch that does not validate, or whose records do not decode, is left as
+/// it is (the append refuses the first kind).
+fn repair_max_timestamps(records: Bytes) -> Bytes {
+    let mut buf = records.to_vec();
+    let mut at = 0;
+    while let Ok(h) = BatchHeader::parse(&buf[at..]) {
+        let end = at + h.size();
+        if end > buf.len() {
+            break;
+        }
+        let batch = &mut buf[at..end];
+        if !h.log_append_time()
+            && h.max_timestamp < h.base_timestamp
+            && strait_spool::batch::validate(batch).is_ok()
+        {
+            if let Ok(newest) = strait_spool::batch::newest_record_timestamp(batch, MAX_DECOMPRESSED) {
+                let _ = strait_spool::batch::set_max_timestamp(batch, newest);
+            }
+        }
+        at = end;
+    }
+    Bytes::from(buf)
+}
+
 fn first_record_at_or_after(batch: &[u8], target: i64) -> Option<(u64, i64)> {
     let h = BatchHeader::parse(batch).ok()?;
     if h.log_append_time() {
@@ -419,5 +486,37 @@ mod tests {
         assert_eq!(first_record_at_or_after(&batch, 103), Some((43, 103)));
         assert_eq!(first_record_at_or_after(&batch, 104), None);
         assert_eq!(first_record_at_or_after(&batch[..30], 0), None);
+    }
+
+    #[test]
+    fn max_timestamps_below_the_first_are_repaired_from_the_records() {
+        use strait_spool::batch::{set_max_timestamp, validate};
+        let good = build::batch(100, &[b"a", b"b"]);
+        let mut broken = build::batch(500, &[b"a", b"b", b"c"]);
+        set_max_timestamp(&mut broken, -1).unwrap();
+        let mut corrupt = broken.clone();
+        corrupt[70] ^= 1; // a record byte: the CRC no longer matches
+        let input = Bytes::from([good.clone(), broken.clone(), corrupt.clone()].concat());
+        let out = repair_max_timestamps(input);
+        let (a, rest) = out.split_at(good.len());
+        let (b, c) = rest.split_at(broken.len());
+        assert_eq!(a, &good[..], "a sound batch is untouched");
+        let fixed = validate(b).expect("the repaired batch validates");
+        assert_eq!((fixed.base_timestamp, fixed.max_timestamp), (500, 502));
+        assert_eq!(
+            c,
+            &corrupt[..],
+            "a corrupt batch is left for the append to refuse"
+        );
+    }
+
+    #[test]
+    fn zstd_batches_are_found_among_others() {
+        let plain = build::batch(0, &[b"a"]);
+        let mut zstd = build::batch(0, &[b"b"]);
+        zstd[22] |= 4; // attributes: codec 4 (the bytes need not decompress here)
+        assert!(!has_zstd(&plain));
+        assert!(has_zstd(&[plain.clone(), zstd.clone()].concat()));
+        assert!(!has_zstd(&[plain.clone(), zstd[..30].to_vec()].concat()));
     }
 }
