@@ -2363,6 +2363,13 @@ fn protocol_garbage_and_oversized_frames_close_only_their_connection() {
         "the truncated Produce's log line does not name its client id\n{}",
         log_tail(&strait)
     );
+    // A connection whose first request is garbage is named by the client
+    // id in that request's header.
+    assert!(
+        log.contains("proto-garbage-ff"),
+        "the 0xff Metadata's log line does not name its client id\n{}",
+        log_tail(&strait)
+    );
 }
 
 // ---------------------------------------------------------------------------

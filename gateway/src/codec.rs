@@ -39,6 +39,15 @@ pub fn peek_header(frame: &[u8]) -> Result<(i16, i16, i32), DecodeError> {
     Ok((api_key, version, correlation_id))
 }
 
+/// The client id of a request frame whose body may not decode: the nullable
+/// string that follows the correlation id in request headers v1 and later
+/// (every API but ControlledShutdown v0). For log lines about bad requests.
+pub fn peek_client_id(frame: &[u8]) -> Option<String> {
+    let len = i16::from_be_bytes(frame.get(8..10)?.try_into().ok()?);
+    let bytes = frame.get(10..10 + usize::try_from(len).ok()?)?;
+    Some(String::from_utf8_lossy(bytes).into_owned())
+}
+
 /// Decodes a whole request frame.
 pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
     let (api_key, version, correlation_id) = peek_header(&frame)?;
@@ -117,6 +126,18 @@ mod tests {
         assert!(matches!(req.body, RequestKind::ApiVersions(_)));
         let req = decode_request(frame(ApiKey::Metadata, 12, &MetadataRequest::default())).unwrap();
         assert!(matches!(req.body, RequestKind::Metadata(_)));
+    }
+
+    #[test]
+    fn the_client_id_is_found_even_when_the_body_is_garbage() {
+        let mut f = frame(ApiKey::Metadata, 12, &MetadataRequest::default()).to_vec();
+        f.truncate(8 + 2 + "test-client".len());
+        f.extend_from_slice(&[0xff; 9]);
+        assert_eq!(peek_client_id(&f).as_deref(), Some("test-client"));
+        assert_eq!(peek_client_id(&f[..12]), None);
+        let mut null = f[..8].to_vec();
+        null.extend_from_slice(&(-1i16).to_be_bytes());
+        assert_eq!(peek_client_id(&null), None);
     }
 
     #[test]

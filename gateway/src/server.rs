@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 use crate::broker::{Broker, Reply};
-use crate::codec::{decode_request, encode_response, peek_header};
+use crate::codec::{decode_request, encode_response, peek_client_id, peek_header};
 use crate::error::{DecodeError, FrameError};
 use crate::frame::{read_frame, write_frame};
 use crate::versions;
@@ -173,6 +173,9 @@ async fn connection(
             }
             Err(e) => {
                 let (api_key, version, correlation_id) = peek_header(&frame).unwrap_or((-1, -1, -1));
+                if client.is_empty() {
+                    client = peek_client_id(&frame).unwrap_or_default();
+                }
                 return Err(format!(
                     "{e} (api key {api_key} v{version}, correlation id {correlation_id}, client {client:?})"
                 ));
