@@ -4,7 +4,8 @@
 //!   Kafka broker for local topics (embedded defaults without a file).
 //! - `strait check --config FILE`: validate a configuration, print it in full.
 //! - `strait spool verify DIR`: check every batch and index entry on disk.
-//! - `strait spool dump DIR [--from OFFSET]`: list the batches of a partition.
+//! - `strait spool dump DIR [--from OFFSET] [--records]`: list the batches
+//!   (and records) of a partition.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -78,6 +79,11 @@ enum SpoolCommand {
         /// Skip batches that end before this offset.
         #[arg(long, default_value_t = 0)]
         from: u64,
+        /// Also print every record (offset, timestamp, key, value; values of
+        /// compressed batches decompressed), like dump-log's
+        /// --print-data-log.
+        #[arg(long)]
+        records: bool,
     },
 }
 
@@ -104,7 +110,7 @@ fn main() -> ExitCode {
         }),
         Command::Check { config } => check::run(&config),
         Command::Spool(SpoolCommand::Verify { dir }) => spool_cmd::verify(&dir),
-        Command::Spool(SpoolCommand::Dump { dir, from }) => spool_cmd::dump(&dir, from),
+        Command::Spool(SpoolCommand::Dump { dir, from, records }) => spool_cmd::dump(&dir, from, records),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{bail, Context};
+use strait_spool::batch;
 use strait_spool::verify::{self, BatchInfo};
 
 /// Verifies a partition or data directory; fails if anything is wrong.
@@ -46,8 +47,9 @@ pub fn verify(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints every batch of a partition from `from` on.
-pub fn dump(dir: &Path, from: u64) -> anyhow::Result<()> {
+/// Prints every batch of a partition from `from` on, with its records if
+/// `records`.
+pub fn dump(dir: &Path, from: u64, records: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let mut segment = None;
     let mut result = Ok(());
@@ -62,6 +64,9 @@ pub fn dump(dir: &Path, from: u64) -> anyhow::Result<()> {
         if result.is_ok() {
             result = writeln!(out, "{}", describe(info));
         }
+        if records && result.is_ok() {
+            result = write_records(&mut out, info);
+        }
     })
     .with_context(|| format!("dumping {}", dir.display()))?;
     result?;
@@ -69,7 +74,52 @@ pub fn dump(dir: &Path, from: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn describe(info: &BatchInfo) -> String {
+/// Most bytes a compressed batch may expand to here.
+const MAX_DECOMPRESSED: usize = 256 << 20;
+
+/// One line per record, `| offset: ... key: ... payload: ...` as Kafka's
+/// dump-log prints them (keys and values as UTF-8, invalid bytes replaced),
+/// or one line saying why the records cannot be shown.
+fn write_records(out: &mut impl Write, info: &BatchInfo<'_>) -> std::io::Result<()> {
+    let h = &info.header;
+    let decoded =
+        batch::records_section(info.bytes, MAX_DECOMPRESSED).and_then(|section| {
+            Ok(batch::parse_records(&section, h.record_count)?
+                .iter()
+                .map(|r| {
+                    let text = |b: Option<&[u8]>| {
+                        b.map_or_else(|| "null".to_owned(), |b| String::from_utf8_lossy(b).into_owned())
+                    };
+                    let sequence = if h.base_sequence < 0 {
+                        -1
+                    } else {
+                        h.base_sequence.wrapping_add(r.offset_delta as i32)
+                    };
+                    format!(
+                "| offset: {} {}: {} keySize: {} valueSize: {} sequence: {sequence} key: {} payload: {}",
+                h.base_offset + r.offset_delta,
+                if h.log_append_time() { "LogAppendTime" } else { "CreateTime" },
+                if h.log_append_time() { h.max_timestamp } else { h.base_timestamp + r.timestamp_delta },
+                r.key.map_or(-1, |k| k.len() as i64),
+                r.value.map_or(-1, |v| v.len() as i64),
+                text(r.key),
+                text(r.value),
+            )
+                })
+                .collect::<Vec<_>>())
+        });
+    match decoded {
+        Ok(lines) => {
+            for line in lines {
+                writeln!(out, "{line}")?;
+            }
+            Ok(())
+        }
+        Err(e) => writeln!(out, "| records not shown: {e}"),
+    }
+}
+
+fn describe(info: &BatchInfo<'_>) -> String {
     let h = &info.header;
     let last_sequence = if h.base_sequence < 0 {
         -1

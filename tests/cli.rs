@@ -113,6 +113,29 @@ fn verify_and_dump_a_data_directory() {
     );
     assert!(batches[1].contains("CreateTime: 1003"), "{}", batches[1]);
     assert!(batches[1].contains("compresscodec: none"), "{}", batches[1]);
+
+    // --records: every record under its batch.
+    let out = strait(&[
+        "spool",
+        "dump",
+        data.path().join("orders-1").to_str().unwrap(),
+        "--records",
+    ]);
+    assert!(out.status.success());
+    let stdout = text(&out.stdout);
+    let records: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| offset:")).collect();
+    assert_eq!(
+        records,
+        [
+            "| offset: 0 CreateTime: 1000 keySize: -1 valueSize: 7 sequence: -1 key: null payload: value-0",
+            "| offset: 1 CreateTime: 1001 keySize: -1 valueSize: 6 sequence: -1 key: null payload: second",
+            "| offset: 2 CreateTime: 1001 keySize: -1 valueSize: 7 sequence: -1 key: null payload: value-1",
+            "| offset: 3 CreateTime: 1002 keySize: -1 valueSize: 6 sequence: -1 key: null payload: second",
+            "| offset: 4 CreateTime: 1002 keySize: -1 valueSize: 7 sequence: -1 key: null payload: value-2",
+            "| offset: 5 CreateTime: 1003 keySize: -1 valueSize: 6 sequence: -1 key: null payload: second",
+        ],
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -1144,6 +1144,24 @@ fn java_client_list_offsets_by_timestamp_inside_compressed_batches() {
     }
     for (p, codec) in CODECS.iter().enumerate() {
         assert_one_batch(&strait, &topic, p as i32, codec);
+        // `strait spool dump --records` shows the records inside the
+        // compressed batch (Java writes snappy in xerial framing).
+        let dir = strait.data_dir().join("topics").join(format!("{topic}-{p}"));
+        let out = Command::new(strait_bin())
+            .args(["spool", "dump", "--records"])
+            .arg(&dir)
+            .output()
+            .expect("strait spool dump --records");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let records: Vec<&str> = text.lines().filter(|l| l.starts_with("| offset:")).collect();
+        assert_eq!(records.len(), 20, "{codec}: {text}");
+        for (i, line) in records.iter().enumerate() {
+            let want = format!(
+                "| offset: {i} CreateTime: {} keySize: -1 valueSize: 300 sequence: {i} key: null payload: {codec}-{i}.",
+                t0 + i as i64 * 1000
+            );
+            assert!(line.starts_with(&want), "{codec}: {line}\nwanted {want}");
+        }
     }
     for (ts, want) in [
         (t0 - 5000, 0),

@@ -62,13 +62,15 @@ pub struct PartitionReport {
 
 /// A batch found by [`dump_partition`].
 #[derive(Debug, Clone)]
-pub struct BatchInfo {
+pub struct BatchInfo<'a> {
     /// The segment log file.
     pub segment: PathBuf,
     /// Byte position in it.
     pub position: u64,
     /// The header.
     pub header: BatchHeader,
+    /// The whole batch (validated).
+    pub bytes: &'a [u8],
 }
 
 /// Verifies `dir`: a partition directory (it holds `*.log` files), or a data
@@ -305,7 +307,7 @@ fn check_index<E: Entry>(
 /// Calls `visit` for every valid batch of the partition whose last offset is
 /// at least `from`, in offset order. Stops quietly at the first invalid
 /// batch of a segment (run [`verify_partition`] to see why).
-pub fn dump_partition(dir: &Path, from: u64, mut visit: impl FnMut(&BatchInfo)) -> Result<()> {
+pub fn dump_partition(dir: &Path, from: u64, mut visit: impl FnMut(&BatchInfo<'_>)) -> Result<()> {
     for base in segment_bases(dir)? {
         let log_path = dir.join(crate::segment::log_name(base));
         let (map, _file) = map_log(&log_path)?;
@@ -317,6 +319,7 @@ pub fn dump_partition(dir: &Path, from: u64, mut visit: impl FnMut(&BatchInfo)) 
                     segment: log_path.clone(),
                     position: position as u64,
                     header,
+                    bytes: &data[position..position + header.size()],
                 });
             }
         }
