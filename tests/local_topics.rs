@@ -3277,7 +3277,8 @@ fn kafka_python_with_old_protocol_versions() {
 /// Bad produce input gets Kafka error codes, nothing is stored, and the
 /// connection stays usable: a batch with a broken CRC (CORRUPT_MESSAGE, 2),
 /// a partition that does not exist and an unknown topic
-/// (UNKNOWN_TOPIC_OR_PARTITION, 3).
+/// (UNKNOWN_TOPIC_OR_PARTITION, 3), two batches for one partition
+/// (INVALID_RECORD, 87).
 #[test]
 fn protocol_produce_refuses_corrupt_batches_and_unknown_partitions() {
     use raw_produce::{batch, produce};
@@ -3325,6 +3326,15 @@ fn protocol_produce_refuses_corrupt_batches_and_unknown_partitions() {
     let unknown = unique("proto-no-such-topic");
     let (err, _) = produce(&mut c, &unknown, &good);
     assert_eq!(err, 3, "Produce to an unknown topic");
+
+    // Two batches for one partition: INVALID_RECORD (87), as Kafka answers
+    // (Produce v3+ carries exactly one batch per partition); nothing stored.
+    let two = [batch(-1, -1, -1, &["t0"]), batch(-1, -1, -1, &["t1"])].concat();
+    assert_eq!(
+        produce(&mut c, &topic, &two).0,
+        87,
+        "two batches in one partition"
+    );
 
     assert_eq!(produce(&mut c, &topic, &good), (0, 0));
     let consumed = rd_consume_assign(&b, &topic, 2);

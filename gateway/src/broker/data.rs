@@ -89,6 +89,15 @@ impl Broker {
             return error_produce(index, ResponseError::CorruptMessage, Some("no records"));
         };
         let headers = headers_of(&records);
+        // As Kafka's broker: Produce v3+ carries exactly one batch per
+        // partition (a second one would also escape the sequence checks).
+        if headers.len() > 1 {
+            return error_produce(
+                index,
+                ResponseError::InvalidRecord,
+                Some("a Produce request carries exactly one record batch per partition"),
+            );
+        }
         // KIP-110: zstd needs Produce v7, as in Kafka.
         if version < 7 && headers.iter().any(|h| h.compression() == Compression::Zstd) {
             return error_produce(
