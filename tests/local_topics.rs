@@ -3277,8 +3277,9 @@ fn kafka_python_with_old_protocol_versions() {
 /// Bad produce input gets Kafka error codes, nothing is stored, and the
 /// connection stays usable: a batch with a broken CRC (CORRUPT_MESSAGE, 2),
 /// a partition that does not exist and an unknown topic
-/// (UNKNOWN_TOPIC_OR_PARTITION, 3), two batches for one partition
-/// (INVALID_RECORD, 87).
+/// (UNKNOWN_TOPIC_OR_PARTITION, 3), two batches for one partition and a
+/// control batch (INVALID_RECORD, 87), a transactional batch
+/// (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53).
 #[test]
 fn protocol_produce_refuses_corrupt_batches_and_unknown_partitions() {
     use raw_produce::{batch, produce};
@@ -3335,6 +3336,20 @@ fn protocol_produce_refuses_corrupt_batches_and_unknown_partitions() {
         87,
         "two batches in one partition"
     );
+    // A control batch (a transaction marker) from a client: INVALID_RECORD;
+    // a transactional batch: refused like a transactional id (53).
+    let mut control = batch(-1, -1, -1, &["c"]);
+    control[22] |= 0x20;
+    fix_crc(&mut control);
+    assert_eq!(produce(&mut c, &topic, &control).0, 87, "a control batch");
+    let mut transactional = batch(-1, -1, -1, &["x"]);
+    transactional[22] |= 0x10;
+    fix_crc(&mut transactional);
+    assert_eq!(
+        produce(&mut c, &topic, &transactional).0,
+        53,
+        "a transactional batch"
+    );
 
     assert_eq!(produce(&mut c, &topic, &good), (0, 0));
     let consumed = rd_consume_assign(&b, &topic, 2);
@@ -3349,6 +3364,12 @@ fn protocol_produce_refuses_corrupt_batches_and_unknown_partitions() {
         d["topics"].get(&unknown).is_none(),
         "Produce created a topic: {d}"
     );
+}
+
+/// Recomputes the CRC-32C of the batch in `buf` after an edit.
+fn fix_crc(buf: &mut [u8]) {
+    let crc = crc32c::crc32c(&buf[21..]);
+    buf[17..21].copy_from_slice(&crc.to_be_bytes());
 }
 
 mod raw_group {

@@ -98,6 +98,22 @@ impl Broker {
                 Some("a Produce request carries exactly one record batch per partition"),
             );
         }
+        // Transaction markers come from a coordinator, never from clients;
+        // and a transactional batch needs a transaction Strait refuses.
+        if headers.iter().any(BatchHeader::is_control) {
+            return error_produce(
+                index,
+                ResponseError::InvalidRecord,
+                Some("control batches are not accepted from clients"),
+            );
+        }
+        if headers.iter().any(BatchHeader::is_transactional) {
+            return error_produce(
+                index,
+                ResponseError::TransactionalIdAuthorizationFailed,
+                Some("transactions are not supported by Strait yet"),
+            );
+        }
         // KIP-110: zstd needs Produce v7, as in Kafka.
         if version < 7 && headers.iter().any(|h| h.compression() == Compression::Zstd) {
             return error_produce(
