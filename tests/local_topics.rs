@@ -18,6 +18,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -3105,9 +3106,14 @@ mod raw_produce {
 
     /// Produce v9, acks=all, one batch to partition 0: (error, base offset).
     pub fn produce(c: &mut raw::Conn, topic: &str, batch: &[u8]) -> (i16, i64) {
+        produce_within(c, topic, batch, 10_000)
+    }
+
+    /// [`produce`] with the request's timeout_ms.
+    pub fn produce_within(c: &mut raw::Conn, topic: &str, batch: &[u8], timeout_ms: i32) -> (i16, i64) {
         let req = ProduceRequest::default()
             .with_acks(-1)
-            .with_timeout_ms(10_000)
+            .with_timeout_ms(timeout_ms)
             .with_topic_data(vec![TopicProduceData::default()
                 .with_name(TopicName(StrBytes::from_string(topic.to_string())))
                 .with_partition_data(vec![PartitionProduceData::default()
@@ -3364,6 +3370,141 @@ fn protocol_produce_refuses_corrupt_batches_and_unknown_partitions() {
         d["topics"].get(&unknown).is_none(),
         "Produce created a topic: {d}"
     );
+}
+
+/// A small ext4 file system in a loop-mounted image file, which the test can
+/// freeze (`fsfreeze`): writes and syncs to it then block, as on a stalled
+/// disk, until it is thawed. Thawed, unmounted and removed on drop.
+/// Mounting needs root (CI runs as root); without it the test fails.
+struct FreezableDisk {
+    dir: tempfile::TempDir,
+}
+
+impl FreezableDisk {
+    fn mount() -> FreezableDisk {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let image = dir.path().join("disk.img");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        std::fs::File::create(&image)
+            .and_then(|f| f.set_len(256 << 20))
+            .expect("image file");
+        for (what, cmd) in [
+            (
+                "mkfs.ext4",
+                Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image).status(),
+            ),
+            (
+                "mount -o loop",
+                Command::new("mount")
+                    .args(["-o", "loop"])
+                    .arg(&image)
+                    .arg(&mnt)
+                    .status(),
+            ),
+        ] {
+            let status = cmd.unwrap_or_else(|e| panic!("running {what}: {e}"));
+            assert!(
+                status.success(),
+                "{what} failed ({status}): this test needs root and loop devices for a real file system it can freeze"
+            );
+        }
+        FreezableDisk { dir }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+
+    /// Freezes the file system; the returned guard thaws it.
+    fn freeze(&self) -> Frozen {
+        let status = Command::new("fsfreeze")
+            .arg("--freeze")
+            .arg(self.path())
+            .status()
+            .expect("running fsfreeze");
+        assert!(status.success(), "fsfreeze --freeze failed ({status})");
+        Frozen(self.path())
+    }
+}
+
+impl Drop for FreezableDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("fsfreeze")
+            .arg("--unfreeze")
+            .arg(self.path())
+            .status();
+        let _ = Command::new("umount").arg("-l").arg(self.path()).status();
+    }
+}
+
+/// A frozen file system, thawed on drop.
+struct Frozen(PathBuf);
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = Command::new("fsfreeze").arg("--unfreeze").arg(&self.0).status();
+    }
+}
+
+/// A stalled disk (a frozen file system under `durability: every_batch`):
+/// a Produce whose append cannot finish answers REQUEST_TIMED_OUT (7) at
+/// its timeout_ms instead of hanging, other requests and connections go on
+/// being answered, and once the disk is back the append completes, so the
+/// idempotent producer's retry is acknowledged at the same offset, not
+/// written twice.
+#[test]
+fn protocol_produce_times_out_on_a_stalled_disk_and_the_retry_is_not_duplicated() {
+    use raw_produce::{batch, init_producer_id, produce, produce_within};
+    let disk = FreezableDisk::mount();
+    let conf = disk.path().join("strait.yaml");
+    std::fs::write(&conf, "spool:\n  durability: every_batch\n").unwrap();
+    let strait = Strait::start_on(&disk.path().join("data"), &["--config", conf.to_str().unwrap()]);
+    let b = strait.bootstrap();
+    let topic = unique("proto-stall");
+    rd_create_topic(&b, &topic, 1).expect("create");
+    let mut c = raw::Conn::open(strait.port(), "proto-stall");
+    let pid = init_producer_id(&mut c, None);
+    assert_eq!(pid.error_code, 0);
+    let (pid, epoch) = (pid.producer_id.0, pid.producer_epoch);
+    assert_eq!(
+        produce(&mut c, &topic, &batch(pid, epoch, 0, &["a0", "a1"])),
+        (0, 0)
+    );
+
+    let frozen = disk.freeze();
+    let second = batch(pid, epoch, 2, &["b2", "b3"]);
+    let asked = Instant::now();
+    let (err, _) = produce_within(&mut c, &topic, &second, 1000);
+    let waited = asked.elapsed();
+    assert_eq!(err, 7, "a Produce on a frozen disk must get REQUEST_TIMED_OUT");
+    assert!(
+        waited >= Duration::from_millis(900),
+        "answered after {waited:?}, before its timeout"
+    );
+    // The broker is not stuck: the same connection and a new one are
+    // answered while the disk is still frozen.
+    assert_eq!(c.api_versions(3).error_code, 0);
+    let mut other = raw::Conn::open(strait.port(), "proto-stall-other");
+    raw::check_metadata(&other.metadata(), strait.port());
+
+    drop(frozen);
+    // The retry (same producer, same sequences) waits for the first
+    // attempt, which completes now, and is acknowledged at its offset.
+    assert_eq!(
+        produce(&mut c, &topic, &second),
+        (0, 2),
+        "the retry after the disk came back"
+    );
+    let consumed = rd_consume_assign(&b, &topic, 4);
+    let got: Vec<(i64, &str)> = consumed
+        .records
+        .iter()
+        .map(|((_, o), (_, v))| (*o, v.as_str()))
+        .collect();
+    assert_eq!(got, vec![(0, "a0"), (1, "a1"), (2, "b2"), (3, "b3")]);
+    let logged = strait.log();
+    assert!(!logged.contains("ERROR"), "{}", log_tail(&strait));
 }
 
 /// Recomputes the CRC-32C of the batch in `buf` after an edit.

@@ -335,6 +335,8 @@ pub struct Strait {
     port: u16,
     extra: Vec<String>,
     dir: tempfile::TempDir,
+    /// The data directory when not `dir/data`.
+    data: Option<PathBuf>,
     log: PathBuf,
     starts: u32,
 }
@@ -342,6 +344,16 @@ pub struct Strait {
 impl Strait {
     /// Starts `strait serve` on a free port with a fresh data directory.
     pub fn start(extra: &[&str]) -> Strait {
+        Strait::start_with(None, extra)
+    }
+
+    /// Starts `strait serve` with its data in `data` (the log stays in a
+    /// directory of its own, off that file system).
+    pub fn start_on(data: &Path, extra: &[&str]) -> Strait {
+        Strait::start_with(Some(data.to_path_buf()), extra)
+    }
+
+    fn start_with(data: Option<PathBuf>, extra: &[&str]) -> Strait {
         let dir = tempfile::Builder::new()
             .prefix("strait-")
             .tempdir()
@@ -353,6 +365,7 @@ impl Strait {
             port: 0,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             dir,
+            data,
             log,
             starts: 0,
         };
@@ -415,7 +428,7 @@ impl Strait {
 
     /// The `--data-dir` (kept across restarts).
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.data.clone().unwrap_or_else(|| self.dir.path().join("data"))
     }
 
     /// Everything the process printed, across restarts.

@@ -40,6 +40,10 @@ impl Broker {
         } else {
             None
         };
+        // Kafka's produce timeout: how long the request may wait for its
+        // appends (here: the write, and under `every_batch` the sync).
+        // Zero or less waits as long as it takes.
+        let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms as u64));
         let mut work = Vec::new();
         for topic in &req.topic_data {
             for p in &topic.partition_data {
@@ -49,7 +53,10 @@ impl Broker {
                 work.push(async move {
                     let answer = match refuse {
                         Some(code) => error_produce(index, code, None),
-                        None => self.produce_partition(&name, index, records, version).await,
+                        None => {
+                            self.produce_partition(&name, index, records, version, timeout)
+                                .await
+                        }
                     };
                     for_version(answer, version)
                 });
@@ -81,6 +88,7 @@ impl Broker {
         index: i32,
         records: Option<Bytes>,
         version: i16,
+        timeout: Option<Duration>,
     ) -> PartitionProduceResponse {
         let Some(partition) = self.topics.get(topic).and_then(|t| t.partition(index).cloned()) else {
             return error_produce(index, ResponseError::UnknownTopicOrPartition, None);
@@ -136,52 +144,86 @@ impl Broker {
             records
         };
         let idempotent = headers.iter().any(|h| h.producer_id >= 0);
-        // Idempotent appends to one partition are checked and written one
-        // at a time, so the sequence state follows the log.
         let lock = self.append_lock(topic, index);
-        let _guard = if idempotent { Some(lock.lock().await) } else { None };
         let sequences = self.sequences(topic, index);
-        if idempotent {
-            match sequences.check(&headers) {
-                Check::Append => {}
-                Check::Duplicate(base_offset) => {
-                    return PartitionProduceResponse::default()
+        let pool = Arc::clone(self.topics.pool());
+        let topic = topic.to_owned();
+        let work = async move {
+            // Idempotent appends to one partition are checked and written
+            // one at a time, so the sequence state follows the log.
+            let guard = if idempotent {
+                Some(lock.lock_owned().await)
+            } else {
+                None
+            };
+            if idempotent {
+                match sequences.check(&headers) {
+                    Check::Append => {}
+                    Check::Duplicate(base_offset) => {
+                        return PartitionProduceResponse::default()
+                            .with_index(index)
+                            .with_base_offset(base_offset as i64)
+                            .with_log_append_time_ms(-1)
+                            .with_log_start_offset(partition.log.log_start_offset() as i64);
+                    }
+                    Check::Reject(code) => return error_produce(index, code, None),
+                }
+            }
+            // From here on the append finishes in a task of its own, even
+            // if the request times out: its sequences are then recorded, so
+            // that the client's retry is known as a duplicate.
+            let append = pool.append(&partition.log, records);
+            let finish = async move {
+                let _guard = guard;
+                let result = append.await;
+                if let Ok(info) = &result {
+                    if idempotent {
+                        let mut next = info.base_offset;
+                        let bases: Vec<u64> = headers
+                            .iter()
+                            .map(|h| {
+                                let base = next;
+                                next += h.offset_count();
+                                base
+                            })
+                            .collect();
+                        sequences.record(&headers, bases);
+                    }
+                    partition.appended.notify_waiters();
+                }
+                match result {
+                    Ok(info) => PartitionProduceResponse::default()
                         .with_index(index)
-                        .with_base_offset(base_offset as i64)
+                        .with_base_offset(info.base_offset as i64)
                         .with_log_append_time_ms(-1)
-                        .with_log_start_offset(partition.log.log_start_offset() as i64);
+                        .with_log_start_offset(partition.log.log_start_offset() as i64),
+                    Err(e) => {
+                        if !matches!(e.side(), strait_spool::Side::Client) {
+                            tracing::error!(topic, partition = index, error = %e, "append failed");
+                        }
+                        let message = e.to_string();
+                        error_produce(index, kafka_code(Failure::Spool(&e)), Some(&message))
+                    }
                 }
-                Check::Reject(code) => return error_produce(index, code, None),
-            }
-        }
-        match self.topics.pool().append(&partition.log, records).await {
-            Ok(info) => {
-                if idempotent {
-                    let mut next = info.base_offset;
-                    let bases: Vec<u64> = headers
-                        .iter()
-                        .map(|h| {
-                            let base = next;
-                            next += h.offset_count();
-                            base
-                        })
-                        .collect();
-                    sequences.record(&headers, bases);
-                }
-                partition.appended.notify_waiters();
-                PartitionProduceResponse::default()
-                    .with_index(index)
-                    .with_base_offset(info.base_offset as i64)
-                    .with_log_append_time_ms(-1)
-                    .with_log_start_offset(partition.log.log_start_offset() as i64)
-            }
-            Err(e) => {
-                if !matches!(e.side(), strait_spool::Side::Client) {
-                    tracing::error!(topic, partition = index, error = %e, "append failed");
-                }
-                let message = e.to_string();
-                error_produce(index, kafka_code(Failure::Spool(&e)), Some(&message))
-            }
+            };
+            tokio::spawn(finish).await.unwrap_or_else(|e| {
+                tracing::error!(error = %e, "an append task failed");
+                error_produce(
+                    index,
+                    ResponseError::UnknownServerError,
+                    Some("the append task failed"),
+                )
+            })
+        };
+        match timeout {
+            None => work.await,
+            Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+                error_produce(
+                    index,
+                    ResponseError::RequestTimedOut,
+                    Some("the append did not complete within the request's timeout (it may still complete)"),
+                )
+            }),
         }
     }
 
