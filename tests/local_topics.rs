@@ -2,8 +2,8 @@
 //! topics (issue 3), against real clients: Debian's kcat (librdkafka 2.0.2),
 //! confluent-kafka (librdkafka 2.16), kafka-python, the rdkafka crate
 //! (librdkafka 2.12), the Apache Kafka Java client (kafka-clients 3.9.2),
-//! kafkajs 2.2.4 and Sarama 1.22.1 (Go), plus raw protocol checks with the
-//! `kafka-protocol` crate.
+//! kafkajs 2.2.4, Sarama 1.22.1 (Go) and aiokafka 0.14, plus raw protocol
+//! checks with the `kafka-protocol` crate.
 //!
 //! For every client: an 8-partition topic gets keyed records in each
 //! compression codec the client supports and every record is read back
@@ -1230,6 +1230,37 @@ fn kafkajs_idempotent_producer_writes_each_record_once() {
 #[test]
 fn kafkajs_admin_creates_describes_and_deletes() {
     admin_scenario("kafkajs:admin");
+}
+
+// ---------------------------------------------------------------------------
+// aiokafka 0.14 (asyncio; `tests/clients/ak_client.py`)
+
+#[test]
+fn aiokafka_produces_each_codec_and_reads_everything_back() {
+    client_codec_scenario("aiokafka", "aiokafka:produce", "aiokafka:consume", |b, topic| {
+        client_create("aiokafka:admin", b, topic, PARTITIONS)
+    });
+}
+
+#[test]
+fn aiokafka_group_of_two_commits_and_resumes_after_restart() {
+    client_group_scenario("aiokafka:produce", "aiokafka:consume");
+}
+
+#[test]
+fn aiokafka_idempotent_producer_writes_each_record_once() {
+    client_idempotent_scenario(
+        "aiokafka",
+        "aiokafka:admin",
+        "aiokafka:produce",
+        "aiokafka:consume",
+        "zstd",
+    );
+}
+
+#[test]
+fn aiokafka_admin_creates_describes_and_deletes() {
+    admin_scenario("aiokafka:admin");
 }
 
 // ---------------------------------------------------------------------------

@@ -13,7 +13,8 @@
 //!   the venv's Python (or `java:produce|consume|admin`: the Java client
 //!   `tests/clients/JavaClient.java`, compiled once per process; or
 //!   `kafkajs:produce|consume|admin`: `tests/clients/kafkajs/client.js`
-//!   under node; or `sarama:produce|consume|admin`: the Go client
+//!   under node; or `aiokafka:produce|consume|admin`:
+//!   `tests/clients/ak_client.py`; or `sarama:produce|consume|admin`: the Go client
 //!   `tests/clients/sarama/main.go`, built once per process) and parse the
 //!   JSON line it prints last.
 //! - [`kcat`]: Debian's kcat (librdkafka 2.0.2), with a timeout.
@@ -721,6 +722,13 @@ pub fn try_client(script: &str, args: &[&str]) -> ClientRun {
             .arg(classpath)
             .arg("JavaClient")
             .arg(command);
+        cmd
+    } else if let Some(command) = script.strip_prefix("aiokafka:") {
+        let mut cmd = Command::new(&peers.python);
+        cmd.arg(peers.clients.join("ak_client.py"))
+            .arg(command)
+            .env("PYTHONUNBUFFERED", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1");
         cmd
     } else if let Some(command) = script.strip_prefix("sarama:") {
         let mut cmd = Command::new(sarama_client(&peers));
