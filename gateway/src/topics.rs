@@ -249,16 +249,15 @@ impl Topics {
             p.appended.notify_waiters();
         }
         let root = self.root.clone();
-        let topic_name = name.to_owned();
-        let name = name.to_owned();
+        let owned = name.to_owned();
         tokio::task::spawn_blocking(move || -> Result<(), TopicError> {
-            let meta = root.join(format!("{name}.topic"));
+            let meta = root.join(format!("{owned}.topic"));
             fs::remove_file(&meta).map_err(|source| TopicError::Io { path: meta, source })?;
             sync_dir(&root)?;
             for (i, p) in topic.partitions.iter().enumerate() {
                 let _ = p.log.close();
-                let dir = partition_dir(&root, &name, i as i32);
-                let doomed = root.join(format!("{name}-{i}.{}.deleted", Uuid::new_v4().simple()));
+                let dir = partition_dir(&root, &owned, i as i32);
+                let doomed = root.join(format!("{owned}-{i}.{}.deleted", Uuid::new_v4().simple()));
                 if fs::rename(&dir, &doomed).is_ok() {
                     let _ = fs::remove_dir_all(&doomed);
                 }
@@ -267,7 +266,7 @@ impl Topics {
         })
         .await
         .expect("topic deletion does not panic")?;
-        tracing::info!(topic = %topic_name, "deleted topic");
+        tracing::info!(topic = %name, "deleted topic");
         Ok(())
     }
 

@@ -147,12 +147,20 @@ impl Broker {
         let lock = self.append_lock(topic, index);
         let sequences = self.sequences(topic, index);
         let pool = Arc::clone(self.topics.pool());
-        let topic = topic.to_owned();
-        let work = async move {
-            // Idempotent appends to one partition are checked and written
-            // one at a time, so the sequence state follows the log.
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let timed_out = || {
+            error_produce(
+                index,
+                ResponseError::RequestTimedOut,
+                Some("the append did not complete within the request's timeout (it may still complete)"),
+            )
+        };
+        // Idempotent appends to one partition are checked and written one
+        // at a time, so the sequence state follows the log. Nothing is
+        // written if the request's time runs out before its turn.
+        let admitted = async {
             let guard = if idempotent {
-                Some(lock.lock_owned().await)
+                Some(Arc::clone(&lock).lock_owned().await)
             } else {
                 None
             };
@@ -160,70 +168,74 @@ impl Broker {
                 match sequences.check(&headers) {
                     Check::Append => {}
                     Check::Duplicate(base_offset) => {
-                        return PartitionProduceResponse::default()
+                        return Err(PartitionProduceResponse::default()
                             .with_index(index)
                             .with_base_offset(base_offset as i64)
                             .with_log_append_time_ms(-1)
-                            .with_log_start_offset(partition.log.log_start_offset() as i64);
+                            .with_log_start_offset(partition.log.log_start_offset() as i64));
                     }
-                    Check::Reject(code) => return error_produce(index, code, None),
+                    Check::Reject(code) => return Err(error_produce(index, code, None)),
                 }
             }
-            // From here on the append finishes in a task of its own, even
-            // if the request times out: its sequences are then recorded, so
-            // that the client's retry is known as a duplicate.
-            let append = pool.append(&partition.log, records);
-            let finish = async move {
-                let _guard = guard;
-                let result = append.await;
-                if let Ok(info) = &result {
-                    if idempotent {
-                        let mut next = info.base_offset;
-                        let bases: Vec<u64> = headers
-                            .iter()
-                            .map(|h| {
-                                let base = next;
-                                next += h.offset_count();
-                                base
-                            })
-                            .collect();
-                        sequences.record(&headers, bases);
-                    }
-                    partition.appended.notify_waiters();
-                }
-                match result {
-                    Ok(info) => PartitionProduceResponse::default()
-                        .with_index(index)
-                        .with_base_offset(info.base_offset as i64)
-                        .with_log_append_time_ms(-1)
-                        .with_log_start_offset(partition.log.log_start_offset() as i64),
-                    Err(e) => {
-                        if !matches!(e.side(), strait_spool::Side::Client) {
-                            tracing::error!(topic, partition = index, error = %e, "append failed");
-                        }
-                        let message = e.to_string();
-                        error_produce(index, kafka_code(Failure::Spool(&e)), Some(&message))
-                    }
-                }
-            };
-            tokio::spawn(finish).await.unwrap_or_else(|e| {
-                tracing::error!(error = %e, "an append task failed");
-                error_produce(
-                    index,
-                    ResponseError::UnknownServerError,
-                    Some("the append task failed"),
-                )
-            })
+            Ok(guard)
         };
-        match timeout {
-            None => work.await,
-            Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
-                error_produce(
-                    index,
-                    ResponseError::RequestTimedOut,
-                    Some("the append did not complete within the request's timeout (it may still complete)"),
-                )
-            }),
+        let admitted = match deadline {
+            None => admitted.await,
+            Some(at) => match tokio::time::timeout_at(at, admitted).await {
+                Ok(admitted) => admitted,
+                Err(_) => return timed_out(),
+            },
+        };
+        let guard = match admitted {
+            Ok(guard) => guard,
+            Err(answer) => return answer,
+        };
+        let append = pool.append(&partition.log, records);
+        let topic = topic.to_owned();
+        let mut finish = Box::pin(async move {
+            let _guard = guard;
+            let result = append.await;
+            if let Ok(info) = &result {
+                if idempotent {
+                    let mut next = info.base_offset;
+                    let bases: Vec<u64> = headers
+                        .iter()
+                        .map(|h| {
+                            let base = next;
+                            next += h.offset_count();
+                            base
+                        })
+                        .collect();
+                    sequences.record(&headers, bases);
+                }
+                partition.appended.notify_waiters();
+            }
+            match result {
+                Ok(info) => PartitionProduceResponse::default()
+                    .with_index(index)
+                    .with_base_offset(info.base_offset as i64)
+                    .with_log_append_time_ms(-1)
+                    .with_log_start_offset(partition.log.log_start_offset() as i64),
+                Err(e) => {
+                    if !matches!(e.side(), strait_spool::Side::Client) {
+                        tracing::error!(topic, partition = index, error = %e, "append failed");
+                    }
+                    let message = e.to_string();
+                    error_produce(index, kafka_code(Failure::Spool(&e)), Some(&message))
+                }
+            }
+        });
+        match deadline {
+            None => finish.await,
+            Some(at) => match tokio::time::timeout_at(at, &mut finish).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    // The append finishes on its own, and its sequences are
+                    // recorded: the client's retry is then a duplicate.
+                    tokio::spawn(finish);
+                    timed_out()
+                }
+            },
         }
     }
 
