@@ -175,3 +175,45 @@ fn verify_reports_corruption_with_file_and_position_and_fails() {
     let out = strait(&["spool", "verify", data.path().join("missing").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn verify_skips_the_holes_of_a_preallocated_segment_but_not_bytes_in_them() {
+    // A 256 MiB segment, preallocated sparse, holding three small batches:
+    // verify reads only the file's data regions, yet a stray byte deep in
+    // the preallocated tail is still found, at its exact position.
+    let data = tempfile::tempdir().unwrap();
+    let partition = data.path().join("t-0");
+    let config = LogConfig {
+        segment_bytes: 256 << 20,
+        durability: Durability::Os,
+        ..LogConfig::default()
+    };
+    let p = Partition::open(&partition, config).unwrap();
+    for i in 0..3 {
+        p.append(&build::batch(1_000 + i, &[b"v"])).unwrap();
+    }
+    p.close().unwrap();
+    let log = partition.join("00000000000000000000.log");
+    assert_eq!(std::fs::metadata(&log).unwrap().len(), 256 << 20);
+
+    let out = strait(&["spool", "verify", partition.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("3 batches, 3 records"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let stray = 200u64 << 20;
+    let file = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
+    file.write_all_at(b"\x07", stray).unwrap();
+    let out = strait(&["spool", "verify", partition.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).contains(&format!(
+            "00000000000000000000.log at byte {stray}: non-zero bytes after the last batch"
+        )),
+        "{}",
+        text(&out.stdout)
+    );
+}

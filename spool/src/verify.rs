@@ -128,7 +128,7 @@ pub fn verify_partition(dir: &Path) -> Result<PartitionReport> {
                 what: format!("segment starts at offset {base}, the previous one ends at {expected}"),
             });
         }
-        let (map, _file) = map_log(&log_path)?;
+        let (map, file) = map_log(&log_path)?;
         let data = map.slice(0, map.len());
         let mut batches: Vec<(u64, BatchHeader, i64)> = Vec::new();
         let mut pos = 0usize;
@@ -164,10 +164,10 @@ pub fn verify_partition(dir: &Path) -> Result<PartitionReport> {
             }
         }
         if report.problems.iter().all(|p| p.path != log_path) {
-            if let Some(off) = data[pos..].iter().position(|&b| b != 0) {
+            if let Some(at) = first_nonzero(&file, data, pos) {
                 report.problems.push(Problem {
                     path: log_path.clone(),
-                    position: (pos + off) as u64,
+                    position: at as u64,
                     what: "non-zero bytes after the last batch (a torn write?)".into(),
                 });
             }
@@ -325,6 +325,33 @@ pub fn dump_partition(dir: &Path, from: u64, mut visit: impl FnMut(&BatchInfo<'_
         }
     }
     Ok(())
+}
+
+/// The position of the first non-zero byte of `data` (the map of `file`)
+/// at or after `from`. Only the file's data regions are read: the holes of
+/// a sparse, preallocated segment read as zeros without being looked at.
+fn first_nonzero(file: &File, data: &[u8], from: usize) -> Option<usize> {
+    use rustix::fs::{seek, SeekFrom};
+    let mut at = from;
+    while at < data.len() {
+        let start = match seek(file, SeekFrom::Data(at as u64)) {
+            Ok(start) => start as usize,
+            // No data after `at`: the rest is a hole.
+            Err(rustix::io::Errno::NXIO) => return None,
+            // No SEEK_DATA here: read everything.
+            Err(_) => return data[at..].iter().position(|&b| b != 0).map(|off| at + off),
+        };
+        if start >= data.len() {
+            return None;
+        }
+        let end =
+            seek(file, SeekFrom::Hole(start as u64)).map_or(data.len(), |end| (end as usize).min(data.len()));
+        if let Some(off) = data[start..end].iter().position(|&b| b != 0) {
+            return Some(start + off);
+        }
+        at = end.max(start + 1);
+    }
+    None
 }
 
 fn segment_bases(dir: &Path) -> Result<Vec<u64>> {
