@@ -249,7 +249,101 @@ fn log_tail(strait: &Strait) -> String {
 }
 
 // ---------------------------------------------------------------------------
-// Scripted clients (Python, Java, kafkajs: tests/clients/)
+// Scripted clients (tests/clients/): Python, Java, kafkajs, Sarama
+
+/// A client driven by scripts (see `support::try_client`): its name for
+/// messages and its admin, producer and consumer scripts.
+struct Scripted {
+    what: &'static str,
+    admin: &'static str,
+    produce: &'static str,
+    consume: &'static str,
+}
+
+const CONFLUENT_KAFKA: Scripted = Scripted {
+    what: "confluent-kafka",
+    admin: "ck_admin.py",
+    produce: "ck_produce.py",
+    consume: "ck_consume.py",
+};
+const KAFKA_PYTHON: Scripted = Scripted {
+    what: "kafka-python",
+    admin: "kp_admin.py",
+    produce: "kp_produce.py",
+    consume: "kp_consume.py",
+};
+const JAVA: Scripted = Scripted {
+    what: "kafka-clients",
+    admin: "java:admin",
+    produce: "java:produce",
+    consume: "java:consume",
+};
+const KAFKAJS: Scripted = Scripted {
+    what: "kafkajs",
+    admin: "kafkajs:admin",
+    produce: "kafkajs:produce",
+    consume: "kafkajs:consume",
+};
+const AIOKAFKA: Scripted = Scripted {
+    what: "aiokafka",
+    admin: "aiokafka:admin",
+    produce: "aiokafka:produce",
+    consume: "aiokafka:consume",
+};
+const SARAMA: Scripted = Scripted {
+    what: "sarama",
+    admin: "sarama:admin",
+    produce: "sarama:produce",
+    consume: "sarama:consume",
+};
+
+/// The common tests of a scripted client, in a module named after it:
+/// `codecs` (every codec read back), `group` (a group of two across a
+/// restart), `idempotent(codec)`, `admin`.
+macro_rules! scripted_client_tests {
+    ($module:ident, $client:expr, [$($test:ident $(($codec:literal))?),*]) => {
+        mod $module {
+            use super::*;
+            $(scripted_client_tests!(@$test $client $(, $codec)?);)*
+        }
+    };
+    (@codecs $client:expr) => {
+        #[test]
+        fn produces_each_codec_and_reads_everything_back() {
+            client_codec_scenario(&$client);
+        }
+    };
+    (@group $client:expr) => {
+        #[test]
+        fn group_of_two_commits_and_resumes_after_restart() {
+            client_group_scenario(&$client);
+        }
+    };
+    (@idempotent $client:expr, $codec:literal) => {
+        #[test]
+        fn idempotent_producer_writes_each_record_once() {
+            client_idempotent_scenario(&$client, $codec);
+        }
+    };
+    (@admin $client:expr) => {
+        #[test]
+        fn admin_creates_describes_and_deletes() {
+            admin_scenario($client.admin);
+        }
+    };
+}
+
+scripted_client_tests!(confluent_kafka, CONFLUENT_KAFKA, [codecs, group, admin]);
+scripted_client_tests!(
+    kafka_python,
+    KAFKA_PYTHON,
+    [codecs, group, idempotent("snappy"), admin]
+);
+scripted_client_tests!(java_client, JAVA, [codecs, group, admin]);
+scripted_client_tests!(kafkajs, KAFKAJS, [codecs, group, idempotent("gzip"), admin]);
+scripted_client_tests!(aiokafka, AIOKAFKA, [codecs, group, idempotent("zstd"), admin]);
+// Sarama's codecs test is its own (no zstd in Produce v3), below.
+scripted_client_tests!(sarama, SARAMA, [group, idempotent("lz4"), admin]);
 
 fn ck_create(b: &str, topic: &str, partitions: i32) {
     client_create("ck_admin.py", b, topic, partitions);
@@ -274,17 +368,17 @@ fn client_create(admin: &str, b: &str, topic: &str, partitions: i32) {
 }
 
 /// A scripted idempotent producer writes 300 records in `codec` into a
-/// topic `admin` created; each is read back once and the log shows one
-/// producer id with gapless sequences.
-fn client_idempotent_scenario(what: &str, admin: &str, produce: &str, consume: &str, codec: &str) {
+/// topic the client's admin created; each is read back once and the log
+/// shows one producer id with gapless sequences.
+fn client_idempotent_scenario(c: &Scripted, codec: &str) {
     let strait = Strait::start(&[]);
     let b = strait.bootstrap();
-    let topic = unique(&format!("{}-idem", &produce[..2]));
-    client_create(admin, &b, &topic, PARTITIONS);
-    let counts = client_produce(produce, &b, &topic, codec, 0, 300, &["--idempotent"]);
-    let consumed = client_consume_assign(consume, &b, &topic, 300);
+    let topic = unique(&format!("{}-idem", c.what));
+    client_create(c.admin, &b, &topic, PARTITIONS);
+    let counts = client_produce(c.produce, &b, &topic, codec, 0, 300, &["--idempotent"]);
+    let consumed = client_consume_assign(c.consume, &b, &topic, 300);
     check_exactly_once(
-        &format!("{what} idempotent"),
+        &format!("{} idempotent", c.what),
         &consumed,
         &values(codec, 0, 300),
         &BTreeMap::new(),
@@ -447,12 +541,13 @@ fn check_both_members(what: &str, by_member: &[u64]) {
 /// The group-of-two scenario for a scripted client (Python or `java:`):
 /// consume all, commit, SIGTERM + restart, produce more, resume from the
 /// commits.
-fn client_group_scenario(produce: &str, consume: &str) {
+fn client_group_scenario(c: &Scripted) {
+    let (produce, consume) = (c.produce, c.consume);
     let (mut strait, _config) = group_strait();
     let b = strait.bootstrap();
-    let topic = unique(&consume.trim_end_matches(".py").replace(':', "-"));
+    let topic = unique(&format!("{}-group", c.what));
     let group = unique("group");
-    ck_create(&b, &topic, PARTITIONS);
+    client_create(c.admin, &b, &topic, PARTITIONS);
 
     let mut counts = BTreeMap::new();
     // (Not zstd: Sarama 1.22 produces with Produce v3, which Kafka and
@@ -746,32 +841,20 @@ fn kcat_group_of_two_commits_and_resumes_after_restart() {
 // ---------------------------------------------------------------------------
 // confluent-kafka
 
-#[test]
-fn confluent_kafka_produces_each_codec_and_reads_everything_back() {
-    client_codec_scenario("confluent-kafka", "ck_produce.py", "ck_consume.py", |b, topic| {
-        ck_create(b, topic, PARTITIONS)
-    });
-}
-
 /// One scripted client produces keyed records with every codec into a topic
-/// that `create` made, then reads them all back without a group: each
-/// exactly once, in order, with per-partition counts matching the acks.
-fn client_codec_scenario(what: &str, produce: &str, consume: &str, create: impl Fn(&str, &str)) {
-    client_codecs_scenario(what, produce, consume, create, &CODECS);
+/// its admin made, then reads them all back without a group: each exactly
+/// once, in order, with per-partition counts matching the acks.
+fn client_codec_scenario(c: &Scripted) {
+    client_codecs_scenario(c, &CODECS);
 }
 
 /// [`client_codec_scenario`] with the given codecs.
-fn client_codecs_scenario(
-    what: &str,
-    produce: &str,
-    consume: &str,
-    create: impl Fn(&str, &str),
-    codecs: &[&str],
-) -> (Strait, String) {
+fn client_codecs_scenario(c: &Scripted, codecs: &[&str]) -> (Strait, String) {
+    let (what, produce, consume) = (c.what, c.produce, c.consume);
     let strait = Strait::start(&[]);
     let b = strait.bootstrap();
-    let topic = unique(&format!("{}-codecs", &produce[..2]));
-    create(&b, &topic);
+    let topic = unique(&format!("{what}-codecs"));
+    client_create(c.admin, &b, &topic, PARTITIONS);
     let mut counts = BTreeMap::new();
     let mut expected = BTreeSet::new();
     for (n, codec) in codecs.iter().enumerate() {
@@ -795,11 +878,6 @@ fn client_codecs_scenario(
         "consumed vs acknowledged per partition"
     );
     (strait, topic)
-}
-
-#[test]
-fn confluent_kafka_group_of_two_commits_and_resumes_after_restart() {
-    client_group_scenario("ck_produce.py", "ck_consume.py");
 }
 
 #[test]
@@ -889,11 +967,6 @@ fn check_idempotent_batches(strait: &Strait, topic: &str, ids: usize) {
         ids,
         "producer ids in the log: {producer_ids:?}"
     );
-}
-
-#[test]
-fn confluent_kafka_admin_creates_describes_and_deletes() {
-    admin_scenario("ck_admin.py");
 }
 
 /// Topic administration with a scripted admin client against a fresh
@@ -1010,51 +1083,8 @@ fn admin_scenario(script: &str) {
 // ---------------------------------------------------------------------------
 // kafka-python
 
-#[test]
-fn kafka_python_produces_each_codec_and_reads_everything_back() {
-    // The topic is created with kafka-python's own admin client.
-    client_codec_scenario("kafka-python", "kp_produce.py", "kp_consume.py", |b, topic| {
-        client_create("kp_admin.py", b, topic, PARTITIONS)
-    });
-}
-
-#[test]
-fn kafka_python_group_of_two_commits_and_resumes_after_restart() {
-    client_group_scenario("kp_produce.py", "kp_consume.py");
-}
-
-#[test]
-fn kafka_python_idempotent_producer_writes_each_record_once() {
-    client_idempotent_scenario(
-        "kafka-python",
-        "kp_admin.py",
-        "kp_produce.py",
-        "kp_consume.py",
-        "snappy",
-    );
-}
-
-#[test]
-fn kafka_python_admin_creates_describes_and_deletes() {
-    admin_scenario("kp_admin.py");
-}
-
 // ---------------------------------------------------------------------------
 // The Apache Kafka Java client (kafka-clients 3.9.2), `tests/clients/JavaClient.java`
-
-fn java_create(b: &str, topic: &str) {
-    client_create("java:admin", b, topic, PARTITIONS);
-}
-
-#[test]
-fn java_client_produces_each_codec_and_reads_everything_back() {
-    client_codec_scenario("kafka-clients", "java:produce", "java:consume", java_create);
-}
-
-#[test]
-fn java_client_group_of_two_commits_and_resumes_after_restart() {
-    client_group_scenario("java:produce", "java:consume");
-}
 
 /// Java producers are idempotent by default (acks=all, no flag given): the
 /// log must show one producer id per producer with gapless sequences.
@@ -1063,7 +1093,7 @@ fn java_client_idempotent_by_default_writes_each_record_once() {
     let strait = Strait::start(&[]);
     let b = strait.bootstrap();
     let topic = unique("java-idem");
-    java_create(&b, &topic);
+    client_create(JAVA.admin, &b, &topic, PARTITIONS);
     let mut counts = BTreeMap::new();
     for (codec, start) in [("none", 0), ("zstd", 200)] {
         add_counts(
@@ -1194,83 +1224,16 @@ fn java_client_list_offsets_by_timestamp_inside_compressed_batches() {
     }
 }
 
-#[test]
-fn java_client_admin_creates_describes_and_deletes() {
-    admin_scenario("java:admin");
-}
-
 // ---------------------------------------------------------------------------
 // kafkajs 2.2.4 (`tests/clients/kafkajs/client.js`, under node)
 
-fn kafkajs_create(b: &str, topic: &str) {
-    client_create("kafkajs:admin", b, topic, PARTITIONS);
-}
-
-#[test]
-fn kafkajs_produces_each_codec_and_reads_everything_back() {
-    client_codec_scenario("kafkajs", "kafkajs:produce", "kafkajs:consume", kafkajs_create);
-}
-
-#[test]
-fn kafkajs_group_of_two_commits_and_resumes_after_restart() {
-    client_group_scenario("kafkajs:produce", "kafkajs:consume");
-}
-
-#[test]
-fn kafkajs_idempotent_producer_writes_each_record_once() {
-    client_idempotent_scenario(
-        "kafkajs",
-        "kafkajs:admin",
-        "kafkajs:produce",
-        "kafkajs:consume",
-        "gzip",
-    );
-}
-
-#[test]
-fn kafkajs_admin_creates_describes_and_deletes() {
-    admin_scenario("kafkajs:admin");
-}
-
 // ---------------------------------------------------------------------------
 // aiokafka 0.14 (asyncio; `tests/clients/ak_client.py`)
-
-#[test]
-fn aiokafka_produces_each_codec_and_reads_everything_back() {
-    client_codec_scenario("aiokafka", "aiokafka:produce", "aiokafka:consume", |b, topic| {
-        client_create("aiokafka:admin", b, topic, PARTITIONS)
-    });
-}
-
-#[test]
-fn aiokafka_group_of_two_commits_and_resumes_after_restart() {
-    client_group_scenario("aiokafka:produce", "aiokafka:consume");
-}
-
-#[test]
-fn aiokafka_idempotent_producer_writes_each_record_once() {
-    client_idempotent_scenario(
-        "aiokafka",
-        "aiokafka:admin",
-        "aiokafka:produce",
-        "aiokafka:consume",
-        "zstd",
-    );
-}
-
-#[test]
-fn aiokafka_admin_creates_describes_and_deletes() {
-    admin_scenario("aiokafka:admin");
-}
 
 // ---------------------------------------------------------------------------
 // Sarama 1.22.1 (Go; `tests/clients/sarama/main.go`, Debian's package).
 // It sends no ApiVersions and picks versions from its configured Kafka
 // version (2.2.0): Produce v3, Fetch v4, Metadata v5, JoinGroup v1, ...
-
-fn sarama_create(b: &str, topic: &str) {
-    client_create("sarama:admin", b, topic, PARTITIONS);
-}
 
 /// Every codec Sarama may use in Produce v3, read back exactly once. zstd
 /// in Produce v3 is refused with UNSUPPORTED_COMPRESSION_TYPE, as Kafka
@@ -1280,13 +1243,7 @@ fn sarama_create(b: &str, topic: &str) {
 #[test]
 fn sarama_produces_each_codec_and_reads_everything_back() {
     let codecs = ["none", "gzip", "snappy", "lz4"];
-    let (strait, topic) = client_codecs_scenario(
-        "sarama",
-        "sarama:produce",
-        "sarama:consume",
-        sarama_create,
-        &codecs,
-    );
+    let (strait, topic) = client_codecs_scenario(&SARAMA, &codecs);
     let b = strait.bootstrap();
 
     let refused = try_client(
@@ -1342,27 +1299,6 @@ fn sarama_produces_each_codec_and_reads_everything_back() {
         let want = if offsets["latest"][&p] == 0 { -1 } else { 0 };
         assert_eq!(offsets["at"][&p], want, "partition {p}: {offsets}");
     }
-}
-
-#[test]
-fn sarama_group_of_two_commits_and_resumes_after_restart() {
-    client_group_scenario("sarama:produce", "sarama:consume");
-}
-
-#[test]
-fn sarama_idempotent_producer_writes_each_record_once() {
-    client_idempotent_scenario(
-        "sarama",
-        "sarama:admin",
-        "sarama:produce",
-        "sarama:consume",
-        "lz4",
-    );
-}
-
-#[test]
-fn sarama_admin_creates_describes_and_deletes() {
-    admin_scenario("sarama:admin");
 }
 
 // ---------------------------------------------------------------------------
