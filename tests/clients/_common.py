@@ -94,6 +94,69 @@ class OrderCheck:
         self.last[partition] = offset
 
 
+def top_errors(errors):
+    """The distinct errors, sorted, at most 20 (for the JSON)."""
+    return sorted(set(errors))[:20]
+
+
+def add_offset(offsets, partition, offset):
+    """Widens offsets[str(partition)] = [min, max] to take offset."""
+    lo, hi = offsets.get(str(partition), [offset, offset])
+    offsets[str(partition)] = [min(lo, offset), max(hi, offset)]
+
+
+def produced(t0, count, delivered, errors, **extra):
+    """The produce JSON from deliveries [(partition, offset, value)]: the
+    offset is None (or < 0) when the broker named none (acks=0), the
+    partition None when unknown. `extra` adds client-specific keys."""
+    partitions, offsets = {}, {}
+    for part, off, _ in delivered:
+        if part is None:
+            continue
+        partitions[str(part)] = partitions.get(str(part), 0) + 1
+        if off is not None and off >= 0:
+            add_offset(offsets, part, off)
+    result = {
+        "delivered": len(delivered),
+        "count": count,
+        "errors": top_errors(errors),
+        "error_count": len(errors),
+        "partitions": partitions,
+        "offsets": offsets,
+        "values_sha": values_sha(v for _, _, v in delivered),
+        "elapsed_s": round(time.monotonic() - t0, 3),
+    }
+    result.update(extra)
+    return result
+
+
+def consumed(t0, a, seen, received, by_member, order, committed, errors):
+    """The consume JSON from seen {(partition, offset): (key, value)}, with
+    "records_list" when a.records."""
+    partitions, offsets = {}, {}
+    for part, off in seen:
+        partitions[str(part)] = partitions.get(str(part), 0) + 1
+        add_offset(offsets, part, off)
+    result = {
+        "records": len(seen),
+        "received": received,
+        "duplicates": received - len(seen),
+        "expect": a.expect,
+        "by_member": by_member,
+        "partitions": partitions,
+        "offsets": offsets,
+        "per_partition_in_order": order.in_order,
+        "order_violations": order.violations[:10],
+        "values_sha": values_sha(v for _, v in seen.values()),
+        "committed": committed,
+        "errors": top_errors(errors),
+        "elapsed_s": round(time.monotonic() - t0, 3),
+    }
+    if a.records:
+        result["records_list"] = [[p, o, k, v] for (p, o), (k, v) in sorted(seen.items())]
+    return result
+
+
 def parse_kp_options(items):
     """-X key=value for kafka-python: ints, true/false and 'a.b.c' versions typed."""
     out = {}

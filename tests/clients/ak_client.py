@@ -52,7 +52,8 @@ import os
 import sys
 import time
 
-from _common import OrderCheck, decode, emit, parse_kp_options, parse_kv, run, value_for, values_sha
+from _common import (OrderCheck, consumed, decode, emit, parse_kp_options, parse_kv, produced, run,
+                     top_errors, value_for)
 
 try:
     import aiokafka
@@ -140,15 +141,6 @@ async def start_with_retry(make, deadline):
         if time.monotonic() + 0.5 >= deadline:
             return None, why
         await asyncio.sleep(0.5)
-
-
-def top_errors(errors):
-    return sorted(set(errors))[:20]
-
-
-def add_offset(offsets, part, off):
-    lo, hi = offsets.get(str(part), [off, off])
-    offsets[str(part)] = [min(lo, off), max(hi, off)]
 
 
 async def wait_for(aw, timeout):
@@ -245,26 +237,8 @@ async def produce(a, t0):
         # stop() flushes what is still queued: do not wait long for that.
         await wait_for(p.stop(), 2 if unfinished else 10)
 
-    partitions, offsets = {}, {}
-    for part, off, _ in delivered:
-        if part is None:
-            continue  # acks=0 with a partitioner from -X: unknown
-        partitions[str(part)] = partitions.get(str(part), 0) + 1
-        if off is None or off < 0:
-            continue
-        add_offset(offsets, part, off)
-    result = {
-        "delivered": len(delivered),
-        "count": a.count,
-        "undelivered": a.count - len(delivered) - len(errors),
-        "errors": top_errors(errors),
-        "error_count": len(errors),
-        "partitions": partitions,
-        "offsets": offsets,
-        "values_sha": values_sha(v for _, _, v in delivered),
-        "elapsed_s": round(time.monotonic() - t0, 3),
-        "client": CLIENT,
-    }
+    result = produced(t0, a.count, delivered, errors,
+                      undelivered=a.count - len(delivered) - len(errors), client=CLIENT)
     ok = len(delivered) == a.count
     return result, ok, None if ok else "ak_client produce: delivered %d of %d (%s)" % (
         len(delivered), a.count, top_errors(errors)[:3])
@@ -413,27 +387,7 @@ async def consume(a, t0):
         if not ok:
             errors.append("close: %s" % why)
 
-    partitions, offsets = {}, {}
-    for part, off in seen:
-        partitions[str(part)] = partitions.get(str(part), 0) + 1
-        add_offset(offsets, part, off)
-    result = {
-        "records": len(seen),
-        "received": state["received"],
-        "duplicates": state["received"] - len(seen),
-        "expect": a.expect,
-        "by_member": by_member,
-        "partitions": partitions,
-        "offsets": offsets,
-        "per_partition_in_order": order.in_order,
-        "order_violations": order.violations[:10],
-        "values_sha": values_sha(v for _, v in seen.values()),
-        "committed": committed,
-        "errors": top_errors(errors),
-        "elapsed_s": round(time.monotonic() - t0, 3),
-    }
-    if a.records:
-        result["records_list"] = [[p, o, k, v] for (p, o), (k, v) in sorted(seen.items())]
+    result = consumed(t0, a, seen, state["received"], by_member, order, committed, errors)
     ok = len(seen) >= a.expect
     return result, ok, None if ok else "ak_client consume: saw %d of %d records in %.0f s" % (
         len(seen), a.expect, a.timeout)

@@ -27,7 +27,7 @@ import argparse
 import threading
 import time
 
-from _common import OrderCheck, decode, emit, parse_kv, run, values_sha
+from _common import OrderCheck, consumed, decode, emit, parse_kv, run
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
@@ -165,28 +165,7 @@ def main(t0):
         except Exception as e:  # noqa: BLE001
             errors.append("close: %s" % e)
 
-    partitions, offsets = {}, {}
-    for part, off in seen:
-        partitions[str(part)] = partitions.get(str(part), 0) + 1
-        lo, hi = offsets.get(str(part), [off, off])
-        offsets[str(part)] = [min(lo, off), max(hi, off)]
-    result = {
-        "records": len(seen),
-        "received": received[0],
-        "duplicates": received[0] - len(seen),
-        "expect": a.expect,
-        "by_member": by_member,
-        "partitions": partitions,
-        "offsets": offsets,
-        "per_partition_in_order": order.in_order,
-        "order_violations": order.violations,
-        "values_sha": values_sha(v for _, v in seen.values()),
-        "committed": committed,
-        "errors": sorted(set(errors))[:20],
-        "elapsed_s": round(time.monotonic() - t0, 3),
-    }
-    if a.records:
-        result["records_list"] = [[p, o, k, v] for (p, o), (k, v) in sorted(seen.items())]
+    result = consumed(t0, a, seen, received[0], by_member, order, committed, errors)
     ok = len(seen) >= a.expect
     emit(result, ok, None if ok else "ck_consume: saw %d of %d records in %.0f s" % (len(seen), a.expect, a.timeout))
 

@@ -14,10 +14,9 @@ Exit 1 (JSON still printed) when fewer than N were delivered.
 """
 
 import argparse
-import sys
 import time
 
-from _common import emit, parse_kv, run, value_for, values_sha
+from _common import emit, parse_kv, produced, run, value_for
 
 import confluent_kafka
 from confluent_kafka import Producer
@@ -83,28 +82,11 @@ def main(t0):
         p.flush(1.0)
     undelivered = len(p)
 
-    partitions, offsets = {}, {}
-    for part, off, _ in delivered:
-        partitions[str(part)] = partitions.get(str(part), 0) + 1
-        if off is None or off < 0:
-            continue  # acks=0: the broker names no offset
-        lo, hi = offsets.get(str(part), [off, off])
-        offsets[str(part)] = [min(lo, off), max(hi, off)]
-    result = {
-        "delivered": len(delivered),
-        "count": a.count,
-        "undelivered": undelivered,
-        "errors": sorted(set(errors))[:20],
-        "error_count": len(errors),
-        "partitions": partitions,
-        "offsets": offsets,
-        "values_sha": values_sha(v for _, _, v in delivered),
-        "elapsed_s": round(time.monotonic() - t0, 3),
-        "client": "confluent-kafka %s" % confluent_kafka.__version__,
-        "librdkafka": confluent_kafka.libversion()[0],
-    }
+    result = produced(t0, a.count, delivered, errors, undelivered=undelivered,
+                      client="confluent-kafka %s" % confluent_kafka.__version__,
+                      librdkafka=confluent_kafka.libversion()[0])
     ok = len(delivered) == a.count
-    emit(result, ok, None if ok else "ck_produce: delivered %d of %d (%s)" % (len(delivered), a.count, sorted(set(errors))[:3]))
+    emit(result, ok, None if ok else "ck_produce: delivered %d of %d (%s)" % (len(delivered), a.count, result["errors"][:3]))
 
 
 if __name__ == "__main__":

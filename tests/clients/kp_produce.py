@@ -15,7 +15,7 @@ Exit 1 (JSON still printed) when fewer than N were delivered.
 import argparse
 import time
 
-from _common import emit, parse_kp_options, run, value_for, values_sha
+from _common import emit, parse_kp_options, produced, run, value_for
 
 import kafka
 from kafka import KafkaProducer
@@ -71,24 +71,9 @@ def main(t0):
             errors.append("%s: %s" % (type(e).__name__, e))
     p.close(timeout=5)
 
-    partitions, offsets = {}, {}
-    for part, off, _ in delivered:
-        partitions[str(part)] = partitions.get(str(part), 0) + 1
-        lo, hi = offsets.get(str(part), [off, off])
-        offsets[str(part)] = [min(lo, off), max(hi, off)]
-    result = {
-        "delivered": len(delivered),
-        "count": a.count,
-        "errors": sorted(set(errors))[:20],
-        "error_count": len(errors),
-        "partitions": partitions,
-        "offsets": offsets,
-        "values_sha": values_sha(v for _, _, v in delivered),
-        "elapsed_s": round(time.monotonic() - t0, 3),
-        "client": "kafka-python %s" % kafka.__version__,
-    }
+    result = produced(t0, a.count, delivered, errors, client="kafka-python %s" % kafka.__version__)
     ok = len(delivered) == a.count
-    emit(result, ok, None if ok else "kp_produce: delivered %d of %d (%s)" % (len(delivered), a.count, sorted(set(errors))[:3]))
+    emit(result, ok, None if ok else "kp_produce: delivered %d of %d (%s)" % (len(delivered), a.count, result["errors"][:3]))
 
 
 if __name__ == "__main__":
