@@ -60,11 +60,16 @@
 //!   is removed after its run; the brokers' logs stay in the work directory).
 //! - `STRAIT_BIN`, `TANSU_BIN`: override the broker binaries.
 
+// The integration tests' harness: the broker readiness check and free
+// ports (the rest of it is unused here).
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use std::error::Error;
 use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Condvar, Mutex};
@@ -308,7 +313,7 @@ impl Broker {
         let mut last = String::new();
         // A port found free can be taken before the broker binds it: retry.
         for _ in 0..3 {
-            let port = free_port().map_err(|e| format!("finding a free port: {e}"))?;
+            let port = support::free_port();
             let out = File::options()
                 .create(true)
                 .append(true)
@@ -457,10 +462,6 @@ fn own_cpu_ticks() -> Option<u64> {
     cpu_ticks_of(&fs::read_to_string("/proc/self/stat").ok()?)
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// Polls until the broker answers ApiVersions v0, failing early if it exits.
 fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -469,7 +470,7 @@ fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
             return Err(format!("exited ({status}) before answering on {addr}"));
         }
-        match api_versions_ping(addr) {
+        match support::api_versions_ping(addr, Duration::from_secs(2)) {
             Ok(()) => return Ok(()),
             Err(e) if Instant::now() > deadline => {
                 return Err(format!(
@@ -479,43 +480,6 @@ fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
             Err(_) => thread::sleep(Duration::from_millis(50)),
         }
     }
-}
-
-/// Sends ApiVersions v0 and checks for a well-formed answer.
-fn api_versions_ping(addr: SocketAddr) -> std::io::Result<()> {
-    let timeout = Duration::from_secs(2);
-    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    let client_id = b"strait-bench";
-    let correlation_id: i32 = 0x4245_4e43;
-    let mut body = Vec::new();
-    body.extend_from_slice(&18i16.to_be_bytes()); // ApiVersions
-    body.extend_from_slice(&0i16.to_be_bytes()); // v0
-    body.extend_from_slice(&correlation_id.to_be_bytes());
-    body.extend_from_slice(&(client_id.len() as i16).to_be_bytes());
-    body.extend_from_slice(client_id);
-    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    s.write_all(&frame)?;
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)?;
-    let len = i32::from_be_bytes(len);
-    if !(6..=1 << 20).contains(&len) {
-        return Err(std::io::Error::other(format!(
-            "ApiVersions response of {len} bytes"
-        )));
-    }
-    let mut resp = vec![0u8; len as usize];
-    s.read_exact(&mut resp)?;
-    let got = i32::from_be_bytes([resp[0], resp[1], resp[2], resp[3]]);
-    let error = i16::from_be_bytes([resp[4], resp[5]]);
-    if got != correlation_id || error != 0 {
-        return Err(std::io::Error::other(format!(
-            "ApiVersions answer: correlation id {got:#x}, error code {error}"
-        )));
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------
