@@ -10,7 +10,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{get_u64, run_client, spawn_client, strait_bin, try_client, unique, BackgroundClient, Strait};
+use support::{
+    create_topic, get_u64, spawn_client, strait_bin, try_client, unique, BackgroundClient, Strait,
+};
 
 /// One acknowledged record: (partition, offset) -> value.
 type Acked = BTreeMap<(i64, i64), String>;
@@ -207,19 +209,7 @@ fn acks_all_records_survive_sigkill_under_every_batch() {
     let mut strait = Strait::start(&["--config", &config]);
     let b = strait.bootstrap();
     let topic = unique("durable");
-    let created = run_client(
-        "ck_admin.py",
-        &[
-            "--bootstrap",
-            &b,
-            "create",
-            "--topic",
-            &topic,
-            "--partitions",
-            "4",
-        ],
-    );
-    assert_eq!(created["ok"], true, "{created}");
+    create_topic("ck_admin.py", &b, &topic, 4);
 
     let mut all_acked = Acked::new();
     for round in ["r1", "r2"] {
@@ -279,19 +269,7 @@ fn idempotent_producer_rides_through_a_crash_without_duplicates() {
     let mut strait = Strait::start(&["--config", &config]);
     let b = strait.bootstrap();
     let topic = unique("idem-crash");
-    let created = run_client(
-        "ck_admin.py",
-        &[
-            "--bootstrap",
-            &b,
-            "create",
-            "--topic",
-            &topic,
-            "--partitions",
-            "4",
-        ],
-    );
-    assert_eq!(created["ok"], true, "{created}");
+    create_topic("ck_admin.py", &b, &topic, 4);
 
     const TOTAL: usize = 6000;
     let total = TOTAL.to_string();
@@ -347,19 +325,7 @@ fn sigterm_while_producing_keeps_every_acknowledged_record() {
     let mut strait = Strait::start(&[]);
     let b = strait.bootstrap();
     let topic = unique("sigterm");
-    let created = run_client(
-        "ck_admin.py",
-        &[
-            "--bootstrap",
-            &b,
-            "create",
-            "--topic",
-            &topic,
-            "--partitions",
-            "4",
-        ],
-    );
-    assert_eq!(created["ok"], true, "{created}");
+    create_topic("ck_admin.py", &b, &topic, 4);
     let mut producer = spawn_acked_producer(
         &b,
         &topic,

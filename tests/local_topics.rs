@@ -32,7 +32,7 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use serde_json::Value;
-use support::{get_u64, kcat_timeout, run_client, strait_bin, try_client, unique, Strait};
+use support::{create_topic, get_u64, kcat_timeout, run_client, strait_bin, try_client, unique, Strait};
 
 /// A delivered record: (partition, offset, key, value).
 type Arrival = (i32, i64, Option<String>, String);
@@ -346,25 +346,7 @@ scripted_client_tests!(aiokafka, AIOKAFKA, [codecs, group, idempotent("zstd"), a
 scripted_client_tests!(sarama, SARAMA, [group, idempotent("lz4"), admin]);
 
 fn ck_create(b: &str, topic: &str, partitions: i32) {
-    client_create("ck_admin.py", b, topic, partitions);
-}
-
-/// Creates `topic` with a scripted admin client (`ck_admin.py`,
-/// `kp_admin.py`, `java:admin`, `kafkajs:admin`, `sarama:admin`).
-fn client_create(admin: &str, b: &str, topic: &str, partitions: i32) {
-    let created = run_client(
-        admin,
-        &[
-            "--bootstrap",
-            b,
-            "create",
-            "--topic",
-            topic,
-            "--partitions",
-            &partitions.to_string(),
-        ],
-    );
-    assert_eq!(created["ok"], true, "{admin}: {created}");
+    create_topic("ck_admin.py", b, topic, partitions);
 }
 
 /// A scripted idempotent producer writes 300 records in `codec` into a
@@ -374,7 +356,7 @@ fn client_idempotent_scenario(c: &Scripted, codec: &str) {
     let strait = Strait::start(&[]);
     let b = strait.bootstrap();
     let topic = unique(&format!("{}-idem", c.what));
-    client_create(c.admin, &b, &topic, PARTITIONS);
+    create_topic(c.admin, &b, &topic, PARTITIONS);
     let counts = client_produce(c.produce, &b, &topic, codec, 0, 300, &["--idempotent"]);
     let consumed = client_consume_assign(c.consume, &b, &topic, 300);
     check_exactly_once(
@@ -547,7 +529,7 @@ fn client_group_scenario(c: &Scripted) {
     let b = strait.bootstrap();
     let topic = unique(&format!("{}-group", c.what));
     let group = unique("group");
-    client_create(c.admin, &b, &topic, PARTITIONS);
+    create_topic(c.admin, &b, &topic, PARTITIONS);
 
     let mut counts = BTreeMap::new();
     // (Not zstd: Sarama 1.22 produces with Produce v3, which Kafka and
@@ -854,7 +836,7 @@ fn client_codecs_scenario(c: &Scripted, codecs: &[&str]) -> (Strait, String) {
     let strait = Strait::start(&[]);
     let b = strait.bootstrap();
     let topic = unique(&format!("{what}-codecs"));
-    client_create(c.admin, &b, &topic, PARTITIONS);
+    create_topic(c.admin, &b, &topic, PARTITIONS);
     let mut counts = BTreeMap::new();
     let mut expected = BTreeSet::new();
     for (n, codec) in codecs.iter().enumerate() {
@@ -1093,7 +1075,7 @@ fn java_client_idempotent_by_default_writes_each_record_once() {
     let strait = Strait::start(&[]);
     let b = strait.bootstrap();
     let topic = unique("java-idem");
-    client_create(JAVA.admin, &b, &topic, PARTITIONS);
+    create_topic(JAVA.admin, &b, &topic, PARTITIONS);
     let mut counts = BTreeMap::new();
     for (codec, start) in [("none", 0), ("zstd", 200)] {
         add_counts(
@@ -1132,19 +1114,7 @@ fn java_client_list_offsets_by_timestamp_inside_compressed_batches() {
     let strait = Strait::start(&[]);
     let b = strait.bootstrap();
     let topic = unique("java-times");
-    let created = run_client(
-        "java:admin",
-        &[
-            "--bootstrap",
-            &b,
-            "create",
-            "--topic",
-            &topic,
-            "--partitions",
-            "5",
-        ],
-    );
-    assert_eq!(created["ok"], true, "{created}");
+    create_topic("java:admin", &b, &topic, 5);
     let t0: i64 = 1_700_000_000_000;
     let base = t0.to_string();
     for (p, codec) in CODECS.iter().enumerate() {

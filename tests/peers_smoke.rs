@@ -13,7 +13,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
-use support::{get_u64, kcat, peers, run_client, unique, Tansu};
+use support::{create_topic, get_u64, kcat, peers, run_client, unique, Tansu};
 
 /// Parses "{prefix}-{i}" (padding dots ignored) into (prefix, i).
 fn split_value(v: &str) -> (String, u64) {
@@ -99,19 +99,7 @@ fn confluent_kafka_produces_and_a_group_of_two_consumes_through_tansu() {
     let b = tansu.bootstrap();
     let topic = unique("ck");
 
-    let created = run_client(
-        "ck_admin.py",
-        &[
-            "--bootstrap",
-            &b,
-            "create",
-            "--topic",
-            &topic,
-            "--partitions",
-            "3",
-        ],
-    );
-    assert_eq!(created["ok"], true, "{created}");
+    create_topic("ck_admin.py", &b, &topic, 3);
     let described = run_client("ck_admin.py", &["--bootstrap", &b, "describe", "--topic", &topic]);
     assert_eq!(described["topics"][&topic]["partitions"], 3, "{described}");
     assert_eq!(described["brokers"][0]["port"], tansu.port(), "{described}");
@@ -188,19 +176,7 @@ fn kafka_python_produces_and_consumes_through_tansu() {
     let b = tansu.bootstrap();
     let topic = unique("kp");
 
-    let created = run_client(
-        "ck_admin.py",
-        &[
-            "--bootstrap",
-            &b,
-            "create",
-            "--topic",
-            &topic,
-            "--partitions",
-            "3",
-        ],
-    );
-    assert_eq!(created["ok"], true, "{created}");
+    create_topic("ck_admin.py", &b, &topic, 3);
 
     for (compression, start) in [("snappy", "0"), ("zstd", "100"), ("gzip", "200")] {
         let produced = run_client(

@@ -787,6 +787,25 @@ pub fn run_client(script: &str, args: &[&str]) -> serde_json::Value {
     }
 }
 
+/// Creates `topic` with `partitions` partitions through a scripted admin
+/// client (`ck_admin.py`, `kp_admin.py`, `java:admin`, ...) and asserts it
+/// worked.
+pub fn create_topic(admin: &str, bootstrap: &str, topic: &str, partitions: i32) {
+    let created = run_client(
+        admin,
+        &[
+            "--bootstrap",
+            bootstrap,
+            "create",
+            "--topic",
+            topic,
+            "--partitions",
+            &partitions.to_string(),
+        ],
+    );
+    assert_eq!(created["ok"], true, "{admin}: {created}");
+}
+
 /// Runs Debian's kcat with `args`, feeding `stdin` (if any), killed after
 /// [`KCAT_TIMEOUT`]. No assertion on the exit status.
 pub fn kcat(args: &[&str], stdin: Option<&[u8]>) -> Output {
