@@ -93,6 +93,42 @@ fn peers_are_installed_at_their_pinned_versions() {
     );
 }
 
+/// A group of two members of `script` consumes the 300 records of
+/// `topic` with commits: all of them, in per-partition order, without
+/// errors. Returns the JSON.
+fn group_of_two_reads_300(script: &str, b: &str, topic: &str) -> serde_json::Value {
+    let group = unique(&format!("{}-group", &script[..2]));
+    let consumed = run_client(
+        script,
+        &[
+            "--bootstrap",
+            b,
+            "--topic",
+            topic,
+            "--group",
+            &group,
+            "--expect",
+            "300",
+            "--members",
+            "2",
+            "--commit",
+            "--linger",
+            "1",
+            "--records",
+            "--timeout",
+            "60",
+        ],
+    );
+    eprintln!(
+        "{script}: by_member {} duplicates {}",
+        consumed["by_member"], consumed["duplicates"]
+    );
+    assert_eq!(get_u64(&consumed, "records"), 300, "{consumed}");
+    assert_eq!(consumed["per_partition_in_order"], true, "{consumed}");
+    assert_eq!(consumed["errors"].as_array().map(Vec::len), Some(0), "{consumed}");
+    consumed
+}
+
 #[test]
 fn confluent_kafka_produces_and_a_group_of_two_consumes_through_tansu() {
     let tansu = Tansu::start();
@@ -128,35 +164,7 @@ fn confluent_kafka_produces_and_a_group_of_two_consumes_through_tansu() {
         assert_eq!(partitions_sum(&produced, "partitions"), 150, "{produced}");
     }
 
-    let group = unique("ck-group");
-    let consumed = run_client(
-        "ck_consume.py",
-        &[
-            "--bootstrap",
-            &b,
-            "--topic",
-            &topic,
-            "--group",
-            &group,
-            "--expect",
-            "300",
-            "--members",
-            "2",
-            "--commit",
-            "--linger",
-            "1",
-            "--records",
-            "--timeout",
-            "60",
-        ],
-    );
-    eprintln!(
-        "ck_consume: by_member {} duplicates {}",
-        consumed["by_member"], consumed["duplicates"]
-    );
-    assert_eq!(get_u64(&consumed, "records"), 300, "{consumed}");
-    assert_eq!(consumed["per_partition_in_order"], true, "{consumed}");
-    assert_eq!(consumed["errors"].as_array().map(Vec::len), Some(0), "{consumed}");
+    let consumed = group_of_two_reads_300("ck_consume.py", &b, &topic);
     check_records(
         &consumed,
         &expected_values(&[("none", 0, 150), ("lz4", 150, 150)]),
@@ -200,35 +208,7 @@ fn kafka_python_produces_and_consumes_through_tansu() {
         assert_eq!(get_u64(&produced, "delivered"), 100, "{produced}");
     }
 
-    let group = unique("kp-group");
-    let consumed = run_client(
-        "kp_consume.py",
-        &[
-            "--bootstrap",
-            &b,
-            "--topic",
-            &topic,
-            "--group",
-            &group,
-            "--expect",
-            "300",
-            "--members",
-            "2",
-            "--commit",
-            "--linger",
-            "1",
-            "--records",
-            "--timeout",
-            "60",
-        ],
-    );
-    eprintln!(
-        "kp_consume: by_member {} duplicates {}",
-        consumed["by_member"], consumed["duplicates"]
-    );
-    assert_eq!(get_u64(&consumed, "records"), 300, "{consumed}");
-    assert_eq!(consumed["per_partition_in_order"], true, "{consumed}");
-    assert_eq!(consumed["errors"].as_array().map(Vec::len), Some(0), "{consumed}");
+    let consumed = group_of_two_reads_300("kp_consume.py", &b, &topic);
     check_records(
         &consumed,
         &expected_values(&[("snappy", 0, 100), ("zstd", 100, 100), ("gzip", 200, 100)])
