@@ -131,6 +131,14 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    /// Every codec that compresses.
+    const COMPRESSED: [Compression; 4] = [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
     fn sample() -> Vec<u8> {
         (0..50_000u32).flat_map(|i| (i % 97).to_be_bytes()).collect()
     }
@@ -171,12 +179,7 @@ mod tests {
     #[test]
     fn every_codec_round_trips() {
         let data = sample();
-        for codec in [
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for codec in COMPRESSED {
             let packed = compressed(codec, &data);
             assert!(packed.len() < data.len(), "{codec} did not compress");
             assert_eq!(decompress(codec, &packed, data.len()).unwrap(), data, "{codec}");
@@ -192,12 +195,7 @@ mod tests {
     #[test]
     fn output_beyond_the_limit_is_refused() {
         let data = sample();
-        for codec in [
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for codec in COMPRESSED {
             let packed = compressed(codec, &data);
             assert_eq!(
                 decompress(codec, &packed, data.len() - 1),
@@ -218,12 +216,7 @@ mod tests {
     #[test]
     fn corrupt_data_is_an_error_not_a_panic() {
         let data = sample();
-        for codec in [
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for codec in COMPRESSED {
             let packed = compressed(codec, &data);
             for cut in [1, packed.len() / 2, packed.len() - 1] {
                 // An error, or (a stream cut inside its trailer) a prefix of
