@@ -149,6 +149,11 @@ pub struct BrokerConfig {
     /// `offsets.retention.minutes`). Default `7d`; `null` keeps them
     /// forever.
     pub offsets_retention: Option<HumanDuration>,
+    /// Most record bytes in one Fetch response, whatever the request asks
+    /// for (Kafka's `fetch.max.bytes`). The first batch of the first
+    /// partition with data is still sent whole when it is larger (KIP-74).
+    /// Default `55MiB`, Kafka's default; `1KiB..1GiB`.
+    pub fetch_max_bytes: ByteSize,
 }
 
 impl Default for BrokerConfig {
@@ -160,6 +165,7 @@ impl Default for BrokerConfig {
             group_max_session_timeout: HumanDuration::minutes(30),
             group_initial_rebalance_delay: HumanDuration::secs(3),
             offsets_retention: Some(HumanDuration::days(7)),
+            fetch_max_bytes: ByteSize::mib(55),
         }
     }
 }
@@ -170,6 +176,12 @@ impl BrokerConfig {
             return Err(Invalid::new(
                 format!("{prefix}.default_partitions"),
                 format!("{} is outside 1..10000", self.default_partitions),
+            ));
+        }
+        if !(ByteSize::kib(1)..=ByteSize::gib(1)).contains(&self.fetch_max_bytes) {
+            return Err(Invalid::new(
+                format!("{prefix}.fetch_max_bytes"),
+                format!("{} is outside 1KiB..1GiB", self.fetch_max_bytes),
             ));
         }
         if self.group_min_session_timeout.is_zero() {
@@ -258,6 +270,14 @@ mod tests {
         assert_eq!(
             broker.validate("broker").unwrap_err().path,
             "broker.offsets_retention"
+        );
+        let broker = BrokerConfig {
+            fetch_max_bytes: ByteSize::b(512),
+            ..BrokerConfig::default()
+        };
+        assert_eq!(
+            broker.validate("broker").unwrap_err().path,
+            "broker.fetch_max_bytes"
         );
         let forever = BrokerConfig {
             offsets_retention: None,

@@ -222,6 +222,7 @@ broker:
   group_max_session_timeout: 30m
   group_initial_rebalance_delay: 3s
   offsets_retention: 7d
+  fetch_max_bytes: 55MiB
 spool:
   segment_bytes: 1GiB
   segment_age: 7d

@@ -6,7 +6,9 @@
 //! and version too (ApiVersions always uses header v0).
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::messages::{
+    ApiKey, FetchResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
+};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::error::DecodeError;
@@ -77,23 +79,179 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
     })
 }
 
-/// Encodes a response frame, leaving four bytes at the front for the length
-/// that [`crate::frame::write_frame`] fills in.
+/// An encoded response frame, ready to write: its chunks in order, the
+/// first beginning with the frame's 4-byte length.
+///
+/// The record batches of a Fetch response are chunks of their own: the very
+/// `Bytes` the spool handed out, views of its mapped segments. They are
+/// written to the socket from there (vectored writes), so a response waiting
+/// for a slow client holds page-cache pages, not copies on the heap.
+#[derive(Debug)]
+pub struct ResponseFrame {
+    chunks: Vec<Bytes>,
+}
+
+impl ResponseFrame {
+    /// The chunks to write, in order.
+    pub fn chunks(&self) -> &[Bytes] {
+        &self.chunks
+    }
+
+    /// The frame's size on the wire, length prefix included.
+    pub fn len(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
+    }
+
+    /// Whether the frame has no bytes (never true for an encoded frame).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The whole frame in one buffer (copies; for tests and small frames).
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.chunks.concat()
+    }
+}
+
+/// Record sections smaller than this are copied in beside the fields around
+/// them: one write of a few kilobytes beats many tiny ones.
+const SPLICE_MIN: usize = 4096;
+
+/// Encodes a response frame. A Fetch response's record batches are spliced
+/// in as chunks of their own rather than copied (see [`ResponseFrame`]).
 pub fn encode_response(
     api: ApiKey,
     version: i16,
     correlation_id: i32,
-    body: &ResponseKind,
-) -> Result<BytesMut, String> {
-    let mut buf = BytesMut::with_capacity(256);
-    buf.extend_from_slice(&[0; 4]);
+    body: ResponseKind,
+) -> Result<ResponseFrame, String> {
+    let mut head = BytesMut::with_capacity(256);
+    head.extend_from_slice(&[0; 4]);
     ResponseHeader::default()
         .with_correlation_id(correlation_id)
-        .encode(&mut buf, api.response_header_version(version))
+        .encode(&mut head, api.response_header_version(version))
         .map_err(|e| format!("encoding {api:?} v{version} response header: {e}"))?;
-    body.encode(&mut buf, version)
-        .map_err(|e| format!("encoding {api:?} v{version} response: {e}"))?;
-    Ok(buf)
+    let chunks = match body {
+        ResponseKind::Fetch(fetch) if has_large_records(&fetch) => encode_fetch(head, fetch, version)
+            .map_err(|e| format!("encoding Fetch v{version} response: {e}"))?,
+        body => {
+            body.encode(&mut head, version)
+                .map_err(|e| format!("encoding {api:?} v{version} response: {e}"))?;
+            let total = head.len();
+            set_length(&mut head, total)?;
+            vec![head.freeze()]
+        }
+    };
+    Ok(ResponseFrame { chunks })
+}
+
+/// Writes a frame's length (`total` less the 4 bytes of the length itself)
+/// into its first four bytes.
+fn set_length(head: &mut BytesMut, total: usize) -> Result<(), String> {
+    let len = i32::try_from(total - 4).map_err(|_| format!("a response of {total} bytes is too large"))?;
+    head[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(())
+}
+
+fn has_large_records(fetch: &FetchResponse) -> bool {
+    fetch
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .any(|p| p.records.as_ref().is_some_and(|r| r.len() >= SPLICE_MIN))
+}
+
+/// Encodes a Fetch response after `head` with its large record sections as
+/// chunks of their own.
+///
+/// The `kafka-protocol` encoder writes into one buffer, so the positions of
+/// the `records` fields are found by encoding the response twice without
+/// records: once with every `records` null and once with every one empty.
+/// The two encodings have the same length (null and empty take the same
+/// width: `-1` and `0` as INT32 before v12, `0` and `1` as an unsigned varint
+/// from v12) and differ exactly at the first byte of each `records` field,
+/// in the order the partitions are encoded. The output is the null encoding
+/// with each field replaced by its real length and the records themselves.
+fn encode_fetch(mut head: BytesMut, mut fetch: FetchResponse, version: i16) -> Result<Vec<Bytes>, String> {
+    let records: Vec<Option<Bytes>> = fetch
+        .responses
+        .iter_mut()
+        .flat_map(|t| t.partitions.iter_mut())
+        .map(|p| p.records.take())
+        .collect();
+    let mut nulls = BytesMut::new();
+    fetch.encode(&mut nulls, version).map_err(|e| e.to_string())?;
+    for p in fetch.responses.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+        p.records = Some(Bytes::new());
+    }
+    let mut empties = BytesMut::new();
+    fetch.encode(&mut empties, version).map_err(|e| e.to_string())?;
+    let compact = version >= 12;
+    let width = if compact { 1 } else { 4 };
+    let mut fields = Vec::with_capacity(records.len());
+    let mut at = 0;
+    while at < nulls.len().min(empties.len()) {
+        if nulls[at] != empties[at] {
+            fields.push(at);
+            at += width;
+        } else {
+            at += 1;
+        }
+    }
+    if nulls.len() != empties.len() || fields.len() != records.len() {
+        return Err(format!(
+            "found {} records fields for {} partitions",
+            fields.len(),
+            records.len()
+        ));
+    }
+    let prefix = |len: usize| if compact { varint_len(len as u64 + 1) } else { 4 };
+    let total = head.len()
+        + nulls.len()
+        + records
+            .iter()
+            .flatten()
+            .map(|r| prefix(r.len()) - width + r.len())
+            .sum::<usize>();
+    set_length(&mut head, total)?;
+    let mut chunks = Vec::new();
+    let mut from = 0;
+    for (field, records) in fields.into_iter().zip(records) {
+        head.extend_from_slice(&nulls[from..field]);
+        from = field + width;
+        let Some(records) = records else {
+            head.extend_from_slice(&nulls[field..from]);
+            continue;
+        };
+        if compact {
+            put_unsigned_varint(&mut head, records.len() as u64 + 1);
+        } else {
+            let len = i32::try_from(records.len())
+                .map_err(|_| format!("{} record bytes in one partition", records.len()))?;
+            head.extend_from_slice(&len.to_be_bytes());
+        }
+        if records.len() < SPLICE_MIN {
+            head.extend_from_slice(&records);
+        } else {
+            chunks.push(head.split().freeze());
+            chunks.push(records);
+        }
+    }
+    head.extend_from_slice(&nulls[from..]);
+    chunks.push(head.freeze());
+    Ok(chunks)
+}
+
+fn varint_len(value: u64) -> usize {
+    (64 - value.max(1).leading_zeros() as usize).div_ceil(7)
+}
+
+fn put_unsigned_varint(buf: &mut BytesMut, mut value: u64) {
+    while value >= 0x80 {
+        buf.extend_from_slice(&[(value as u8 & 0x7f) | 0x80]);
+        value >>= 7;
+    }
+    buf.extend_from_slice(&[value as u8]);
 }
 
 #[cfg(test)]
@@ -163,5 +321,98 @@ mod tests {
         let full = frame(ApiKey::Metadata, 12, &MetadataRequest::default());
         let cut = full.slice(..full.len() - 1);
         assert!(matches!(decode_request(cut), Err(DecodeError::Malformed { .. })));
+    }
+
+    /// The plain encoding of a response, for comparison.
+    fn plain(api: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Vec<u8> {
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&[0; 4]);
+        ResponseHeader::default()
+            .with_correlation_id(correlation_id)
+            .encode(&mut buf, api.response_header_version(version))
+            .unwrap();
+        body.encode(&mut buf, version).unwrap();
+        let len = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&len.to_be_bytes());
+        buf.to_vec()
+    }
+
+    #[test]
+    fn fetch_responses_splice_their_records_and_match_the_plain_encoding() {
+        use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+        use kafka_protocol::messages::TopicName;
+        let pattern = |n: usize, seed: u8| {
+            Bytes::from(
+                (0..n)
+                    .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+                    .collect::<Vec<u8>>(),
+            )
+        };
+        // Sizes either side of the splice threshold and of the one-byte
+        // varint, a null and an empty records field, an error partition.
+        let big = pattern(70_000, 1);
+        let sizes: [(Option<Bytes>, i16); 6] = [
+            (Some(big.clone()), 0),
+            (None, 0),
+            (Some(pattern(100, 2)), 0),
+            (Some(Bytes::new()), 1),
+            (Some(pattern(SPLICE_MIN, 3)), 0),
+            (Some(pattern(SPLICE_MIN * 3 + 5, 4)), 0),
+        ];
+        let topic = |name: &str, parts: &[(Option<Bytes>, i16)]| {
+            FetchableTopicResponse::default()
+                .with_topic(TopicName(StrBytes::from_string(name.to_owned())))
+                .with_partitions(
+                    parts
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (records, error))| {
+                            PartitionData::default()
+                                .with_partition_index(i as i32)
+                                .with_error_code(*error)
+                                .with_high_watermark(1_000_000 + i as i64)
+                                .with_aborted_transactions(Some(Vec::new()))
+                                .with_records(records.clone())
+                        })
+                        .collect(),
+                )
+        };
+        let response = FetchResponse::default()
+            .with_throttle_time_ms(3)
+            .with_session_id(0)
+            .with_responses(vec![
+                topic("alpha", &sizes),
+                topic("", &sizes[..2]),
+                topic("gamma", &sizes[3..]),
+            ]);
+        for version in 4..=12 {
+            let body = ResponseKind::Fetch(response.clone());
+            let want = plain(ApiKey::Fetch, version, 99, &body);
+            let frame = encode_response(ApiKey::Fetch, version, 99, body).unwrap();
+            assert_eq!(frame.len(), want.len(), "v{version}");
+            assert!(
+                frame.to_vec() == want,
+                "v{version}: the spliced encoding differs from the plain one"
+            );
+            // The large record sections are the very same memory, not copies.
+            let spliced = frame
+                .chunks()
+                .iter()
+                .filter(|c| c.as_ptr() == big.as_ptr() && c.len() == big.len())
+                .count();
+            assert_eq!(
+                spliced, 2,
+                "v{version}: the 70 kB section is written from where it was"
+            );
+        }
+    }
+
+    #[test]
+    fn other_responses_are_one_chunk() {
+        let body = ResponseKind::ApiVersions(kafka_protocol::messages::ApiVersionsResponse::default());
+        let want = plain(ApiKey::ApiVersions, 3, 5, &body);
+        let frame = encode_response(ApiKey::ApiVersions, 3, 5, body).unwrap();
+        assert_eq!(frame.chunks().len(), 1);
+        assert_eq!(frame.to_vec(), want);
     }
 }

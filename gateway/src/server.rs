@@ -15,14 +15,15 @@ use std::time::Duration;
 
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use kafka_protocol::ResponseError;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 use crate::broker::{Broker, Reply};
 use crate::codec::{decode_request, encode_response, peek_client_id, peek_header};
 use crate::error::{DecodeError, FrameError};
-use crate::frame::{read_frame, write_frame};
+use crate::frame::{read_frame, write_chunks};
 use crate::versions;
 
 /// Limits of the server.
@@ -124,7 +125,7 @@ async fn connection(
     let _ = stream.set_nodelay(true);
     let (reader, writer) = stream.into_split();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
-    let mut writer = BufWriter::with_capacity(64 * 1024, writer);
+    let mut writer = writer;
     let mut client = String::new();
     loop {
         // Between requests the client may idle for `idle_timeout`; once a
@@ -168,7 +169,7 @@ async fn connection(
                 let body = ResponseKind::ApiVersions(versions::api_versions_response(Some(
                     ResponseError::UnsupportedVersion,
                 )));
-                send(&mut writer, ApiKey::ApiVersions, 0, correlation_id, &body).await?;
+                send(&mut writer, ApiKey::ApiVersions, 0, correlation_id, body, options).await?;
                 continue;
             }
             Err(e) => {
@@ -191,7 +192,15 @@ async fn connection(
         match broker.handle(request, peer).await {
             Reply::Respond(body) => {
                 tracing::trace!(%peer, ?body, "response");
-                send(&mut writer, api, version, correlation_id, &body).await?
+                send(&mut writer, api, version, correlation_id, *body, options)
+                    .await
+                    .map_err(|why| {
+                        if why == CLIENT_GONE {
+                            why
+                        } else {
+                            format!("{why} (client {client:?})")
+                        }
+                    })?
             }
             Reply::Silent => {}
             Reply::Close(why) => return Err(format!("{why} (client {client:?}, peer {peer})")),
@@ -199,19 +208,21 @@ async fn connection(
     }
 }
 
+/// Encodes and writes one response. The next request is read only once the
+/// client has taken all of it, so a connection holds at most one response
+/// (and a Fetch response's records are views of the spool's mapped
+/// segments, not copies: see [`crate::codec::ResponseFrame`]). A client that takes no
+/// bytes for `idle_timeout` is disconnected.
 async fn send(
-    writer: &mut BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    writer: &mut OwnedWriteHalf,
     api: ApiKey,
     version: i16,
     correlation_id: i32,
-    body: &ResponseKind,
+    body: ResponseKind,
+    options: &ServerOptions,
 ) -> Result<(), String> {
     let frame = encode_response(api, version, correlation_id, body)?;
-    let written = match write_frame(writer, frame).await {
-        Ok(()) => writer.flush().await,
-        Err(e) => Err(e),
-    };
-    match written {
+    match write_chunks(writer, frame.chunks(), options.idle_timeout).await {
         Ok(()) => Ok(()),
         // The client hung up with a request in flight (as clients do when
         // they close): nothing to warn about.
@@ -223,6 +234,11 @@ async fn send(
         {
             Err(CLIENT_GONE.to_owned())
         }
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(format!(
+            "the client read none of a {} byte response for {:?} (idle_timeout)",
+            frame.len(),
+            options.idle_timeout
+        )),
         Err(e) => Err(format!("writing a response: {e}")),
     }
 }

@@ -23,6 +23,8 @@
 
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -297,7 +297,9 @@ impl Broker {
     async fn fetch_once(&self, req: &FetchRequest, version: i16) -> (FetchResponse, usize, bool) {
         // log_start_offset exists from v5 on.
         let start = |offset: u64| if version >= 5 { offset as i64 } else { -1 };
-        let mut budget = req.max_bytes.max(0) as usize;
+        // The request's max_bytes, capped by the broker's (Kafka's
+        // fetch.max.bytes), so no request makes a response of gigabytes.
+        let mut budget = (req.max_bytes.max(0) as usize).min(self.fetch_max_bytes);
         let mut total = 0usize;
         let mut errors = false;
         let mut response = FetchResponse::default();

@@ -65,6 +65,8 @@ pub struct Broker {
     identity: Identity,
     auto_create_topics: bool,
     default_partitions: i32,
+    /// Most record bytes in one Fetch response (`broker.fetch_max_bytes`).
+    fetch_max_bytes: usize,
     topics: Topics,
     groups: GroupCoordinator,
     producer_ids: Arc<ProducerIds>,
@@ -99,6 +101,7 @@ impl Broker {
             identity,
             auto_create_topics: config.broker.auto_create_topics,
             default_partitions: config.broker.default_partitions as i32,
+            fetch_max_bytes: config.broker.fetch_max_bytes.bytes() as usize,
             topics,
             groups,
             producer_ids,

@@ -1,0 +1,242 @@
+//! `strait serve` under pressure (issue 7): clients that stop reading their
+//! responses must not make the broker hold memory, nor slow down the
+//! clients that behave.
+
+mod support;
+
+use std::net::TcpStream;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, StrBytes};
+use strait_spool::batch::{build, BatchHeader};
+use support::{create_topic, get_u64, raw, run_client, unique, Strait};
+
+/// Bytes of records in the big topic: more than one Fetch response may
+/// carry (`broker.fetch_max_bytes` is 55 MiB).
+const BIG_BYTES: usize = 80 << 20;
+/// Values of 16 KiB, 63 to a batch (just under 1 MiB, the largest batch).
+const VALUE_BYTES: usize = 16 << 10;
+const PER_BATCH: usize = 63;
+const STALLED: usize = 20;
+/// The documented bound: anonymous memory of the broker with 20 stalled
+/// 100 MiB fetches outstanding (before issue 7: 2.04 GB).
+const RSS_ANON_BOUND: u64 = 64 << 20;
+
+fn name(topic: &str) -> TopicName {
+    TopicName(StrBytes::from_string(topic.to_owned()))
+}
+
+fn fetch_request(topic: &str, offset: i64, max_bytes: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(max_bytes)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(max_bytes)])])
+}
+
+/// `RssAnon` of a process, in bytes.
+fn rss_anon(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("reading /proc/PID/status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("RssAnon in /proc/PID/status");
+    kib << 10
+}
+
+/// A connection whose receive buffer is 4 KiB, as a client that stopped
+/// reading would leave it.
+fn tiny_receive_buffer(port: u16) -> TcpStream {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let stream = runtime.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket.connect(([127, 0, 0, 1], port).into()).await.unwrap()
+    });
+    let stream = stream.into_std().unwrap();
+    stream.set_nonblocking(false).unwrap();
+    stream
+}
+
+/// Fills partition 0 of `topic` with `BIG_BYTES` of records, returning the
+/// record count.
+fn fill(c: &mut raw::Conn, topic: &str) -> u64 {
+    let value = vec![b'v'; VALUE_BYTES];
+    let values: Vec<&[u8]> = vec![&value[..]; PER_BATCH];
+    let batch = build::batch(1_700_000_000_000, &values);
+    let batches = BIG_BYTES.div_ceil(batch.len());
+    for _ in 0..batches {
+        let req = ProduceRequest::default()
+            .with_acks(1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(name(topic))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch.clone().into()))])]);
+        let (id, f) = c.frame(ApiKey::Produce, 7, 7, &req);
+        c.send_raw(&f);
+        let body = c.read(ApiKey::Produce, 7, id);
+        let r = ProduceResponse::decode(&mut &body[..], 7).unwrap();
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0, "{r:?}");
+    }
+    (batches * PER_BATCH) as u64
+}
+
+/// Twenty clients ask for 100 MiB each and never read: the broker caps each
+/// response at `fetch_max_bytes`, writes it from the spool's mapped
+/// segments (its anonymous memory stays within tens of MiB, where it once
+/// reached 2 GB), producers and consumers beside them keep working, and
+/// the stalled connections are closed after `idle_timeout`.
+#[test]
+fn stalled_fetches_hold_no_memory_and_others_keep_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("strait.yaml");
+    std::fs::write(&config, "server:\n  idle_timeout: 20s\n").unwrap();
+    let strait = Strait::start(&["--config", config.to_str().unwrap()]);
+    let b = strait.bootstrap();
+    let pid = strait.pid().unwrap();
+    let big = unique("big");
+    create_topic("ck_admin.py", &b, &big, 1);
+    let mut c = raw::Conn::open(strait.port(), "filler");
+    let records = fill(&mut c, &big);
+
+    // One whole 100 MiB fetch: capped at 55 MiB (plus at most one batch).
+    let (id, f) = c.frame(ApiKey::Fetch, 12, 12, &fetch_request(&big, 0, 100 << 20));
+    c.send_raw(&f);
+    let body = c.read(ApiKey::Fetch, 12, id);
+    let r = FetchResponse::decode(&mut &body[..], 12).unwrap();
+    let got = r.responses[0].partitions[0].records.clone().unwrap();
+    assert!(
+        (50 << 20..=56 << 20).contains(&got.len()),
+        "a fetch of 100 MiB returned {} bytes, not about fetch_max_bytes (55 MiB)",
+        got.len()
+    );
+    let mut at = 0;
+    while at < got.len() {
+        let h = BatchHeader::parse(&got[at..]).expect("whole batches");
+        at += h.size();
+    }
+    assert_eq!(at, got.len(), "the response ends on a batch boundary");
+    let before = rss_anon(pid);
+
+    // Twenty stalled fetches of 100 MiB.
+    let mut stalled = Vec::new();
+    for i in 0..STALLED {
+        let stream = tiny_receive_buffer(strait.port());
+        let mut conn = raw::Conn::from_stream(stream, &format!("stalled-{i}"));
+        let (_, f) = conn.frame(ApiKey::Fetch, 12, 12, &fetch_request(&big, 0, 100 << 20));
+        conn.send_raw(&f);
+        stalled.push(conn);
+    }
+    thread::sleep(Duration::from_secs(2));
+    let stalled_anon = rss_anon(pid);
+
+    // Producers and consumers beside them.
+    let busy = unique("busy");
+    create_topic("ck_admin.py", &b, &busy, 4);
+    let produced = run_client(
+        "ck_produce.py",
+        &[
+            "--bootstrap",
+            &b,
+            "--topic",
+            &busy,
+            "--count",
+            "20000",
+            "--value-size",
+            "1000",
+            "--keyed",
+        ],
+    );
+    assert_eq!(get_u64(&produced, "delivered"), 20_000, "{produced}");
+    let consumed = run_client(
+        "ck_consume.py",
+        &[
+            "--bootstrap",
+            &b,
+            "--topic",
+            &busy,
+            "--assign",
+            "--expect",
+            "20000",
+        ],
+    );
+    assert_eq!(get_u64(&consumed, "records"), 20_000, "{consumed}");
+    assert_eq!(
+        consumed["values_sha"], produced["values_sha"],
+        "consumed values differ"
+    );
+    // And the big topic read whole by a well-behaved reader.
+    let mut reader = raw::Conn::open(strait.port(), "reader");
+    let (mut offset, mut seen) = (0i64, 0u64);
+    while (seen as i64) < records as i64 {
+        let (id, f) = reader.frame(ApiKey::Fetch, 12, 12, &fetch_request(&big, offset, 8 << 20));
+        reader.send_raw(&f);
+        let body = reader.read(ApiKey::Fetch, 12, id);
+        let r = FetchResponse::decode(&mut &body[..], 12).unwrap();
+        let p = &r.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        let got = p.records.clone().unwrap_or_default();
+        assert!(!got.is_empty(), "no records at offset {offset} of {records}");
+        let mut at = 0;
+        while at < got.len() {
+            let h = BatchHeader::parse(&got[at..]).unwrap();
+            assert_eq!(h.base_offset, offset, "batches are contiguous");
+            offset += h.offset_count() as i64;
+            seen += h.record_count as u64;
+            at += h.size();
+        }
+    }
+    assert_eq!(seen, records);
+    let busy_anon = rss_anon(pid);
+    eprintln!(
+        "beside {STALLED} stalled fetches: 20,000 records of 1 kB produced in {} s, consumed in {} s",
+        produced["elapsed_s"], consumed["elapsed_s"]
+    );
+    eprintln!(
+        "RssAnon: {} MiB before the stalled fetches, {} MiB with {STALLED} stalled, {} MiB with clients beside them",
+        before >> 20,
+        stalled_anon >> 20,
+        busy_anon >> 20
+    );
+    for (what, anon) in [
+        ("with the stalled fetches", stalled_anon),
+        ("with clients beside them", busy_anon),
+    ] {
+        assert!(
+            anon <= RSS_ANON_BOUND,
+            "the broker's anonymous memory {what} is {} MiB, over the {} MiB bound",
+            anon >> 20,
+            RSS_ANON_BOUND >> 20
+        );
+    }
+
+    // The stalled connections are closed once idle_timeout passes without
+    // the client taking a byte.
+    let line = strait.log_line(&["read none of a", "idle_timeout"]);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut line = line;
+    while line.is_none() && Instant::now() < deadline {
+        line = strait.log_line(&["read none of a", "idle_timeout"]);
+    }
+    let line = line.expect("a stalled connection closed after idle_timeout, with a log line");
+    assert!(line.contains("stalled-"), "the log line names the client: {line}");
+    drop(stalled);
+}

@@ -1,0 +1,157 @@
+//! A raw Kafka connection for protocol-level tests: frames encoded with the
+//! `kafka-protocol` crate, written and read on a blocking socket.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, RequestHeader,
+    ResponseHeader, SaslHandshakeRequest, SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+/// A raw Kafka connection.
+pub struct Conn {
+    pub stream: TcpStream,
+    next_id: i32,
+    pub client_id: String,
+}
+
+impl Conn {
+    pub fn open(port: u16, client_id: &str) -> Conn {
+        Conn::from_stream(
+            TcpStream::connect(("127.0.0.1", port)).expect("connect"),
+            client_id,
+        )
+    }
+
+    /// A connection over a stream the caller opened (with its own socket
+    /// options).
+    pub fn from_stream(stream: TcpStream, client_id: &str) -> Conn {
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        stream.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        Conn {
+            stream,
+            next_id: 1,
+            client_id: client_id.to_string(),
+        }
+    }
+
+    /// `127.0.0.1:PORT` of our end, as Strait logs it.
+    pub fn local(&self) -> String {
+        self.stream.local_addr().unwrap().to_string()
+    }
+
+    /// A request frame: header of `api`'s header version for
+    /// `header_for` (normally `version`), then the body.
+    pub fn frame<T: Encodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        header_for: i16,
+        body: &T,
+    ) -> (i32, Vec<u8>) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut buf = Vec::new();
+        RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(id)
+            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())))
+            .encode(&mut buf, api.request_header_version(header_for))
+            .unwrap();
+        body.encode(&mut buf, header_for).unwrap();
+        let mut out = (buf.len() as i32).to_be_bytes().to_vec();
+        out.extend_from_slice(&buf);
+        (id, out)
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Reads one response frame and returns (correlation id checked,
+    /// body after the header).
+    pub fn read(&mut self, api: ApiKey, header_version_of: i16, want_id: i32) -> Vec<u8> {
+        let mut len = [0u8; 4];
+        self.stream
+            .read_exact(&mut len)
+            .expect("reading a response length");
+        let len = i32::from_be_bytes(len);
+        assert!((4..=64 << 20).contains(&len), "response of {len} bytes");
+        let mut body = vec![0u8; len as usize];
+        self.stream.read_exact(&mut body).expect("reading a response");
+        let mut cursor = &body[..];
+        let header = ResponseHeader::decode(&mut cursor, api.response_header_version(header_version_of))
+            .expect("response header");
+        assert_eq!(header.correlation_id, want_id, "{api:?} correlation id");
+        cursor.to_vec()
+    }
+
+    pub fn api_versions(&mut self, version: i16) -> ApiVersionsResponse {
+        let (id, f) = self.frame(
+            ApiKey::ApiVersions,
+            version,
+            version,
+            &ApiVersionsRequest::default()
+                .with_client_software_name(StrBytes::from_static_str("strait-tests"))
+                .with_client_software_version(StrBytes::from_static_str("1.0")),
+        );
+        self.send_raw(&f);
+        let body = self.read(ApiKey::ApiVersions, version, id);
+        ApiVersionsResponse::decode(&mut &body[..], version).expect("ApiVersions response")
+    }
+
+    pub fn metadata(&mut self) -> MetadataResponse {
+        let (id, f) = self.frame(
+            ApiKey::Metadata,
+            12,
+            12,
+            &MetadataRequest::default()
+                .with_topics(None)
+                .with_allow_auto_topic_creation(false),
+        );
+        self.send_raw(&f);
+        let body = self.read(ApiKey::Metadata, 12, id);
+        MetadataResponse::decode(&mut &body[..], 12).expect("Metadata response")
+    }
+
+    pub fn sasl_handshake(&mut self) -> SaslHandshakeResponse {
+        let (id, f) = self.frame(
+            ApiKey::SaslHandshake,
+            1,
+            1,
+            &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+        );
+        self.send_raw(&f);
+        let body = self.read(ApiKey::SaslHandshake, 1, id);
+        SaslHandshakeResponse::decode(&mut &body[..], 1).expect("SaslHandshake response")
+    }
+
+    /// Asserts that Strait closes this connection (EOF or reset within
+    /// 10 s) without answering.
+    pub fn assert_closed(&mut self, what: &str) {
+        let mut buf = [0u8; 64];
+        match self.stream.read(&mut buf) {
+            Ok(0) => {}
+            Ok(n) => panic!(
+                "{what}: Strait answered {n} bytes instead of closing: {:?}",
+                &buf[..n]
+            ),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                ) => {}
+            Err(e) => panic!("{what}: the connection stayed open: {e}"),
+        }
+    }
+}
+
+pub fn check_metadata(md: &MetadataResponse, port: u16) {
+    assert_eq!(md.brokers.len(), 1, "{md:?}");
+    assert_eq!(md.brokers[0].node_id.0, 0);
+    assert_eq!(md.brokers[0].port, port as i32);
+}
