@@ -13,6 +13,11 @@
 //!   write has completed.
 //! - Deleting a segment unlinks its files but keeps the mappings alive until
 //!   the last reader drops them, so a slice handed out never dangles.
+//! - Nothing reads or writes a hole through a map: tmpfs allocates a page
+//!   for any fault on a hole, even a read, and raises SIGBUS when it is
+//!   full. Index blocks are allocated before entries are stored; reads stay
+//!   below published ends or before a file's first hole
+//!   ([`allocated_prefix`]), and go through `pread` beyond it.
 #![allow(unsafe_code)]
 
 use std::fs::File;
