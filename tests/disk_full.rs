@@ -426,3 +426,40 @@ fn a_create_topics_that_runs_out_of_room_leaves_nothing_behind() {
     let mut c = Conn::open(strait.port());
     assert_eq!(c.fetch_all("small"), vec![(0, stamped(&b, 0))]);
 }
+
+#[test]
+fn a_create_topics_that_runs_out_of_file_descriptors_leaves_nothing_behind() {
+    let _serial = serial();
+    let fs = Tmpfs::mount("size=4m");
+    let data = fs.path().join("data");
+    let strait = Strait::start_on(&data, &[]);
+    let mut c = Conn::open(strait.port());
+    // Three open files a partition: 200 partitions need more than 256.
+    let pid = strait.pid().expect("strait runs").to_string();
+    let status = Command::new("prlimit")
+        .args(["--pid", &pid, "--nofile=256:256"])
+        .status()
+        .expect("running prlimit");
+    assert!(status.success(), "prlimit --pid {pid} failed");
+    let (code, message) = c.create_topic("many", 200);
+    assert_eq!(code, KAFKA_STORAGE_ERROR, "{message}");
+    assert!(message.contains("Too many open files"), "{message}");
+    let left: Vec<String> = std::fs::read_dir(data.join("topics"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "a failed create left {} entries: {left:?}",
+        left.len()
+    );
+    assert_eq!(
+        c.produce("many", &batch_sized(1, 300)).0,
+        UNKNOWN_TOPIC_OR_PARTITION
+    );
+    // The descriptors are back: a smaller create works.
+    assert_eq!(c.create_topic("few", 20).0, 0);
+    let b = batch_sized(1, 300);
+    assert_eq!(c.produce("few", &b), (0, 0));
+    assert_eq!(c.fetch_all("few"), vec![(0, stamped(&b, 0))]);
+}
