@@ -6,7 +6,8 @@
 //! directories `topics/orders-0/` and `topics/orders-1/`. The metadata file
 //! is written last on create (atomically, by rename) and removed first on
 //! delete, so it is the commit point: partition directories without one are
-//! leftovers of an interrupted create or delete.
+//! leftovers of an interrupted create or delete, removed when the registry
+//! opens. A create that fails removes the directories it made.
 
 use std::collections::BTreeMap;
 use std::fs;
