@@ -115,6 +115,8 @@ pub enum Failure<'a> {
     Spool(&'a SpoolError),
     /// From the topic registry.
     Topic(&'a TopicError),
+    /// Writing the consumer-offsets log (OffsetCommit, DeleteGroups).
+    OffsetLog(&'a SpoolError),
 }
 
 /// The Kafka error code for an internal error: the only place where the
@@ -145,6 +147,14 @@ pub fn kafka_code(failure: Failure<'_>) -> ResponseError {
             TopicError::InvalidConfig { .. } => ResponseError::InvalidConfig,
             TopicError::Storage(e) => kafka_code(Failure::Spool(e)),
             TopicError::Io { .. } => ResponseError::KafkaStorageError,
+        },
+        // As Kafka's group coordinator answers when it cannot write its
+        // offsets topic. Retriable: a full disk heals once space is freed.
+        Failure::OffsetLog(e) => match e {
+            SpoolError::BatchTooLarge { .. } | SpoolError::OffsetSpan { .. } => {
+                ResponseError::InvalidCommitOffsetSize
+            }
+            _ => ResponseError::CoordinatorNotAvailable,
         },
     }
 }
@@ -178,5 +188,16 @@ mod tests {
         check(Failure::Spool(&range), ResponseError::OffsetOutOfRange, false);
         check(Failure::Topic(&exists), ResponseError::TopicAlreadyExists, false);
         check(Failure::Topic(&wrapped), ResponseError::NotLeaderOrFollower, true);
+        check(
+            Failure::OffsetLog(&full),
+            ResponseError::CoordinatorNotAvailable,
+            true,
+        );
+        let big = SpoolError::BatchTooLarge { size: 9, max: 1 };
+        check(
+            Failure::OffsetLog(&big),
+            ResponseError::InvalidCommitOffsetSize,
+            false,
+        );
     }
 }

@@ -6,7 +6,8 @@
 //! directories `topics/orders-0/` and `topics/orders-1/`. The metadata file
 //! is written last on create (atomically, by rename) and removed first on
 //! delete, so it is the commit point: partition directories without one are
-//! leftovers of an interrupted create or delete.
+//! leftovers of an interrupted create or delete, removed when the registry
+//! opens. A create that fails removes the directories it made.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -124,6 +125,11 @@ impl Topics {
                 }),
             );
         }
+        let committed = topics
+            .iter()
+            .map(|(name, t): (&String, &Arc<Topic>)| (name.clone(), t.partitions.len()))
+            .collect();
+        remove_strays(&root, &committed)?;
         Ok(Topics {
             root,
             spool,
@@ -205,18 +211,15 @@ impl Topics {
         let root = self.root.clone();
         let topic_name = name.to_owned();
         let topic = tokio::task::spawn_blocking(move || -> Result<Topic, TopicError> {
-            let mut handles = Vec::new();
-            for p in 0..meta.partitions {
-                let dir = partition_dir(&root, &topic_name, p as i32);
-                // Leftovers of an interrupted create are not this topic's.
-                let _ = fs::remove_dir_all(&dir);
-                let log = Partition::open(&dir, log_config(&settings))?;
-                handles.push(Arc::new(PartitionHandle {
-                    log,
-                    appended: Notify::new(),
-                }));
-            }
-            write_meta(&root, &topic_name, &meta)?;
+            let handles = open_new_partitions(&root, &topic_name, 0..meta.partitions as i32, &settings)
+                .and_then(|handles| match write_meta(&root, &topic_name, &meta) {
+                    Ok(()) => Ok(handles),
+                    Err(e) => {
+                        drop(handles);
+                        remove_partition_dirs(&root, &topic_name, 0..meta.partitions as i32);
+                        Err(e)
+                    }
+                })?;
             Ok(Topic {
                 name: topic_name,
                 id: meta.id,
@@ -304,17 +307,12 @@ impl Topics {
             configs: topic.configs.clone(),
         };
         let added = tokio::task::spawn_blocking(move || -> Result<Vec<Arc<PartitionHandle>>, TopicError> {
-            let mut added = Vec::new();
-            for p in current..count {
-                let dir = partition_dir(&root, &name_owned, p);
-                let _ = fs::remove_dir_all(&dir);
-                let log = Partition::open(&dir, log_config(&settings))?;
-                added.push(Arc::new(PartitionHandle {
-                    log,
-                    appended: Notify::new(),
-                }));
+            let added = open_new_partitions(&root, &name_owned, current..count, &settings)?;
+            if let Err(e) = write_meta(&root, &name_owned, &meta) {
+                drop(added);
+                remove_partition_dirs(&root, &name_owned, current..count);
+                return Err(e);
             }
-            write_meta(&root, &name_owned, &meta)?;
             Ok(added)
         })
         .await
@@ -334,6 +332,116 @@ impl Topics {
         self.write().insert(name.to_owned(), Arc::new(grown));
         Ok(())
     }
+}
+
+/// Creates the partitions `range` of a topic not yet committed (its metadata
+/// file does not name them). If one fails (no space, no file descriptors),
+/// the ones made so far are closed and every directory of the range is
+/// removed again, so that a failed create leaves nothing behind.
+fn open_new_partitions(
+    root: &Path,
+    topic: &str,
+    range: std::ops::Range<i32>,
+    settings: &TopicSpoolConfig,
+) -> Result<Vec<Arc<PartitionHandle>>, TopicError> {
+    let mut handles = Vec::with_capacity(range.len());
+    for p in range.clone() {
+        let dir = partition_dir(root, topic, p);
+        // Leftovers of an interrupted create are not this topic's.
+        let opened = match fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(TopicError::Io { path: dir, source: e })
+            }
+            _ => Partition::open(&dir, log_config(settings)).map_err(TopicError::from),
+        };
+        match opened {
+            Ok(log) => handles.push(Arc::new(PartitionHandle {
+                log,
+                appended: Notify::new(),
+            })),
+            Err(e) => {
+                tracing::warn!(topic, partition = p, error = %e,
+                    "creating a partition failed; removing the partitions made so far");
+                drop(handles);
+                remove_partition_dirs(root, topic, range);
+                return Err(e);
+            }
+        }
+    }
+    Ok(handles)
+}
+
+/// Removes the directories of partitions `range` of `topic` that exist
+/// (best effort: what stays is removed at the next start).
+fn remove_partition_dirs(root: &Path, topic: &str, range: std::ops::Range<i32>) {
+    for p in range {
+        let dir = partition_dir(root, topic, p);
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "removing a partition directory failed")
+            }
+        }
+    }
+}
+
+/// Removes what interrupted creates, deletes and partition additions left
+/// in `root`: partition directories that no topic's metadata file names
+/// (the metadata file is the commit point), and unfinished metadata files.
+/// `topics` maps each committed topic to its partition count. Anything
+/// else unexpected is logged and left alone.
+fn remove_strays(root: &Path, topics: &BTreeMap<String, usize>) -> Result<(), TopicError> {
+    let io = |source| TopicError::Io {
+        path: root.to_path_buf(),
+        source,
+    };
+    let mut removed: BTreeMap<String, usize> = BTreeMap::new();
+    for entry in fs::read_dir(root).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        if name.ends_with(".topic") || name.ends_with(".deleted") {
+            continue;
+        }
+        if name.ends_with(".topic.tmp") {
+            let _ = fs::remove_file(&path);
+            continue;
+        }
+        let partition_of = name
+            .rsplit_once('-')
+            .filter(|(topic, index)| {
+                check_name(topic).is_ok() && !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit())
+            })
+            .and_then(|(topic, index)| Some((topic.to_owned(), index.parse::<usize>().ok()?)));
+        let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        match partition_of {
+            Some((topic, index)) if is_dir => {
+                if topics.get(&topic).is_some_and(|&count| index < count) {
+                    continue;
+                }
+                match fs::remove_dir_all(&path) {
+                    Ok(()) => *removed.entry(topic).or_default() += 1,
+                    Err(e) => {
+                        tracing::warn!(dir = %path.display(), error = %e, "removing a stray partition directory failed")
+                    }
+                }
+            }
+            _ => {
+                tracing::warn!(path = %path.display(), "unexpected entry among the local topics; left alone")
+            }
+        }
+    }
+    for (topic, count) in &removed {
+        let state = if topics.contains_key(topic) {
+            "beyond its partition count"
+        } else {
+            "of a topic that does not exist"
+        };
+        tracing::warn!(topic = %topic, directories = count,
+            "removed partition directories {state} (left by an interrupted or failed create or delete)");
+    }
+    Ok(())
 }
 
 /// Kafka's rules for topic names.
@@ -569,6 +677,44 @@ mod tests {
         assert!(topics.all().is_empty());
         let leftovers: Vec<_> = fs::read_dir(dir.path().join("topics")).unwrap().collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[tokio::test]
+    async fn partitions_no_metadata_names_are_removed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = SpoolConfig::default();
+        let topics = Topics::open(dir.path(), spool.clone(), pool()).unwrap();
+        topics.create("orders", 2, 1, BTreeMap::new()).await.unwrap();
+        topics.create("a-1", 1, 1, BTreeMap::new()).await.unwrap();
+        drop(topics);
+        let root = dir.path().join("topics");
+        // What interrupted creates and partition additions leave behind.
+        for stray in ["ghost-0", "ghost-1", "orders-2", "a-1-1"] {
+            Partition::open(&root.join(stray), LogConfig::default()).unwrap();
+        }
+        fs::write(root.join("ghost.topic.tmp"), "id=").unwrap();
+        fs::write(root.join("notes.txt"), "mine").unwrap();
+
+        let topics = Topics::open(dir.path(), spool, pool()).unwrap();
+        assert_eq!(topics.get("orders").unwrap().partitions.len(), 2);
+        assert_eq!(topics.get("a-1").unwrap().partitions.len(), 1);
+        assert!(topics.get("ghost").is_none());
+        let mut left: Vec<String> = fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "a-1-0",
+                "a-1.topic",
+                "notes.txt",
+                "orders-0",
+                "orders-1",
+                "orders.topic"
+            ]
+        );
     }
 
     #[tokio::test]

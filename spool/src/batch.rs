@@ -32,7 +32,7 @@ pub const HEADER_LEN: usize = 61;
 /// Bytes before `batchLength`'s count starts (baseOffset + batchLength).
 pub const LOG_OVERHEAD: usize = 12;
 /// Offset of the first byte the CRC covers.
-const CRC_START: usize = 21;
+pub(crate) const CRC_START: usize = 21;
 
 /// Why a byte range is not a valid record batch.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -13,7 +13,9 @@
 //! blocks are allocated (`fallocate`) a chunk ahead of the entries written,
 //! because storing through a map into a hole that the file system cannot
 //! fill raises SIGBUS; when allocation fails the entry is simply not added,
-//! which leaves a valid, sparser index. Keys are strictly increasing, so the
+//! which leaves a valid, sparser index. For the same reason nothing reads a
+//! hole of an index through its map: an index written earlier is read only
+//! up to its first hole. Keys are strictly increasing, so the
 //! number of entries in a file written by an earlier process is the length
 //! of its strictly increasing prefix.
 
@@ -31,7 +33,8 @@ pub(crate) trait Entry: Copy + std::fmt::Debug {
     /// The sort key.
     fn key(&self) -> i64;
     fn encode(&self) -> Vec<u8>;
-    fn decode(index: &IndexMap, at: usize) -> Self;
+    /// Decodes an entry from its `SIZE` bytes.
+    fn decode(raw: &[u8]) -> Self;
 }
 
 /// Offset index entry.
@@ -54,8 +57,7 @@ impl Entry for OffsetEntry {
         out.extend_from_slice(&self.position.to_be_bytes());
         out
     }
-    fn decode(index: &IndexMap, at: usize) -> Self {
-        let raw: [u8; 8] = index.read(at);
+    fn decode(raw: &[u8]) -> Self {
         OffsetEntry {
             relative_offset: u32::from_be_bytes(raw[0..4].try_into().expect("4 bytes")),
             position: u32::from_be_bytes(raw[4..8].try_into().expect("4 bytes")),
@@ -83,14 +85,16 @@ impl Entry for TimeEntry {
         out.extend_from_slice(&self.relative_offset.to_be_bytes());
         out
     }
-    fn decode(index: &IndexMap, at: usize) -> Self {
-        let raw: [u8; 12] = index.read(at);
+    fn decode(raw: &[u8]) -> Self {
         TimeEntry {
             timestamp: i64::from_be_bytes(raw[0..8].try_into().expect("8 bytes")),
             relative_offset: u32::from_be_bytes(raw[8..12].try_into().expect("4 bytes")),
         }
     }
 }
+
+/// Bytes of the largest entry.
+const MAX_ENTRY: usize = 12;
 
 /// One index file.
 #[derive(Debug)]
@@ -119,18 +123,21 @@ impl<E: Entry> Index<E> {
     }
 
     /// Opens an index written earlier; its entries are the strictly
-    /// increasing prefix of the file.
+    /// increasing prefix of the file, up to its first hole (an entry was
+    /// written only where a block was allocated for it, and reading a hole
+    /// through the map could fault on a full tmpfs).
     pub(crate) fn open(path: &Path) -> io::Result<Self> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         if file.metadata()?.len() < E::SIZE as u64 {
             file.set_len(E::SIZE as u64)?;
         }
         let index = Self::with_file(path, file, 0)?;
-        let capacity = index.capacity();
+        let written = crate::map::allocated_prefix(&index.file, index.map.len()) / E::SIZE;
+        let capacity = index.capacity().min(written);
         let mut count = 0;
         let mut last = i64::MIN;
         while count < capacity {
-            let entry = E::decode(&index.map, count * E::SIZE);
+            let entry = index.read(count);
             if count > 0 && entry.key() <= last {
                 break;
             }
@@ -171,7 +178,14 @@ impl<E: Entry> Index<E> {
     /// Entry `i`, which must be below [`Index::len`].
     pub(crate) fn get(&self, i: usize) -> E {
         assert!(i < self.len(), "index entry {i} is not published");
-        E::decode(&self.map, i * E::SIZE)
+        self.read(i)
+    }
+
+    /// Entry `i`, read through the map: only for entries on allocated blocks.
+    fn read(&self, i: usize) -> E {
+        let mut raw = [0u8; MAX_ENTRY];
+        self.map.read_into(i * E::SIZE, &mut raw[..E::SIZE]);
+        E::decode(&raw[..E::SIZE])
     }
 
     pub(crate) fn last(&self) -> Option<E> {

@@ -180,7 +180,7 @@ impl Partition {
                         seg = Segment::open(dir, base, capacity, config.index_bytes, true)?;
                     }
                     report.segments_scanned += 1;
-                    seg.recover(interval)
+                    seg.recover(interval)?
                 }
             };
             expected = Some(scan.next_offset);
@@ -262,7 +262,9 @@ impl Partition {
                 checkpoint: Mutex::new(persisted.unwrap_or(0)),
             }),
         };
-        partition.checkpoint()?;
+        // Opening must not need free space: a process killed on a full disk
+        // comes back, serves reads and refuses appends until space returns.
+        partition.checkpoint_unless_full()?;
         if let Some((path, position, reason)) = &report.truncated {
             tracing::warn!(
                 file = %path.display(),
@@ -425,11 +427,11 @@ impl Partition {
             offset += header.offset_count();
             at += header.size();
         }
-        if let Err(e) = active.file.write_all_at(&w.buf, w.position) {
+        let (written, result) = write_at_counting(&active.file, &w.buf, w.position);
+        if let Err(e) = result {
             // Make sure no complete batch of this call survives a crash:
             // recovery stops at the zeroed header.
-            let zeros = [0u8; batch::LOG_OVERHEAD];
-            if let Err(undo) = active.file.write_all_at(&zeros, w.position) {
+            if let Err(undo) = undo_write(&active.file, w.position, written) {
                 return Err(self.fail(format!("write failed ({e}) and could not be undone ({undo})")));
             }
             return Err(SpoolError::io("append to", &active.log_path, e));
@@ -494,7 +496,10 @@ impl Partition {
         w.last_relative = 0;
         self.publish(w);
         if durable {
-            self.persist_recovery_point(w.recovery_point)?;
+            // The roll is done; an older persisted point is still a lower
+            // bound, so a full disk here need not fail the append.
+            let point = w.recovery_point;
+            self.persist_unless_full(point)?;
         }
         Ok(())
     }
@@ -563,6 +568,25 @@ impl Partition {
     pub fn checkpoint(&self) -> Result<()> {
         let point = self.lock_writer().recovery_point;
         self.persist_recovery_point(point)
+    }
+
+    /// [`Partition::checkpoint`], but a full disk only logs a warning: the
+    /// recovery point on disk then stays the older one, which is still a
+    /// lower bound (recovery scans a little more).
+    fn checkpoint_unless_full(&self) -> Result<()> {
+        let point = self.lock_writer().recovery_point;
+        self.persist_unless_full(point)
+    }
+
+    fn persist_unless_full(&self, point: u64) -> Result<()> {
+        match self.persist_recovery_point(point) {
+            Err(e @ SpoolError::DiskFull { .. }) => {
+                tracing::warn!(partition = %self.inner.dir.display(), error = %e,
+                    "the recovery point stays at its older value until space is freed");
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     fn persist_recovery_point(&self, point: u64) -> Result<()> {
@@ -845,6 +869,40 @@ fn remove_segment_files(log_path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Writes all of `buf` at `position`, like `write_all_at`, but also says how
+/// many bytes reached the file when it fails.
+fn write_at_counting(file: &File, buf: &[u8], position: u64) -> (usize, std::io::Result<()>) {
+    let mut written = 0;
+    while written < buf.len() {
+        match file.write_at(&buf[written..], position + written as u64) {
+            Ok(0) => return (written, Err(std::io::ErrorKind::WriteZero.into())),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return (written, Err(e)),
+        }
+    }
+    (written, Ok(()))
+}
+
+/// Undoes an append whose write failed after `written` bytes at `position`:
+/// zeroes what it wrote, and at least the first batch header there, so that
+/// recovery stops at it, no batch of the failed call survives a crash, and
+/// nothing but zeros follows the log.
+///
+/// On a full disk, zeroing header bytes that the failed write never reached
+/// can itself fail (the file system has no block for them, so they were not
+/// written). Then it is enough to zero what the call did write: those bytes
+/// have their blocks already. Only if that fails too is the append not
+/// undone.
+fn undo_write(file: &File, position: u64, written: usize) -> std::io::Result<()> {
+    let zeros = vec![0u8; written.max(batch::LOG_OVERHEAD)];
+    match file.write_all_at(&zeros, position) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => file.write_all_at(&zeros[..written], position),
+        Err(e) => Err(e),
+    }
+}
+
 /// Reads the persisted recovery point, if there is a valid one.
 pub fn read_recovery_point(dir: &Path) -> Result<Option<u64>> {
     let path = dir.join(RECOVERY_POINT_FILE);
@@ -880,7 +938,10 @@ fn write_recovery_point(dir: &Path, point: u64) -> Result<()> {
         file.sync_all()?;
         fs::rename(&tmp, &path)
     };
-    write().map_err(|e| SpoolError::io("write recovery point", &path, e))?;
+    write().map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        SpoolError::io("write recovery point", &path, e)
+    })?;
     sync_dir(dir)
 }
 

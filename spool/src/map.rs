@@ -13,6 +13,11 @@
 //!   write has completed.
 //! - Deleting a segment unlinks its files but keeps the mappings alive until
 //!   the last reader drops them, so a slice handed out never dangles.
+//! - Nothing reads or writes a hole through a map: tmpfs allocates a page
+//!   for any fault on a hole, even a read, and raises SIGBUS when it is
+//!   full. Index blocks are allocated before entries are stored; reads stay
+//!   below published ends or before a file's first hole
+//!   ([`allocated_prefix`]), and go through `pread` beyond it.
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -127,37 +132,20 @@ impl IndexMap {
         })
     }
 
-    /// Maps all of `file` read-only, for inspection; [`IndexMap::write`]
-    /// must not be called on the result.
-    pub(crate) fn new_read_only(file: &File) -> io::Result<IndexMap> {
-        Ok(IndexMap {
-            raw: MmapOptions::new().map_raw_read_only(file)?,
-        })
-    }
-
     /// Capacity in bytes.
     pub(crate) fn len(&self) -> usize {
         self.raw.len()
     }
 
-    /// Whether `len` bytes at `at` are all zero.
-    pub(crate) fn is_zero(&self, at: usize, len: usize) -> bool {
-        assert!(at + len <= self.raw.len(), "index read past its map");
-        // SAFETY: inside the mapping (checked above), and the file is never
-        // shrunk while mapped. Only used on maps nobody writes (verify).
-        let bytes = unsafe { std::slice::from_raw_parts(self.raw.as_ptr().add(at), len) };
-        bytes.iter().all(|&b| b == 0)
-    }
-
-    /// Copies `N` bytes at `at` out of the map.
-    pub(crate) fn read<const N: usize>(&self, at: usize) -> [u8; N] {
-        assert!(at + N <= self.raw.len(), "index read past its map");
-        let mut out = [0u8; N];
+    /// Copies `out.len()` bytes at `at` out of the map. The caller reads
+    /// only bytes on allocated blocks (entries written, or found before the
+    /// file's first hole), so the copy cannot fault for lack of space.
+    pub(crate) fn read_into(&self, at: usize, out: &mut [u8]) {
+        assert!(at + out.len() <= self.raw.len(), "index read past its map");
         // SAFETY: the range is inside the mapping (checked above) and the
         // file is never shrunk while mapped. Readers only read entries the
         // writer has published, so the copy does not race with a write.
-        unsafe { std::ptr::copy_nonoverlapping(self.raw.as_ptr().add(at), out.as_mut_ptr(), N) };
-        out
+        unsafe { std::ptr::copy_nonoverlapping(self.raw.as_ptr().add(at), out.as_mut_ptr(), out.len()) };
     }
 
     /// Copies `data` into the map at `at`. Only the partition's single writer
@@ -173,6 +161,19 @@ impl IndexMap {
     /// Flushes the written entries to disk.
     pub(crate) fn flush(&self) -> io::Result<()> {
         self.raw.flush()
+    }
+}
+
+/// How many bytes from the start of `file` (at most `len`) come before its
+/// first hole. Reading those through a map cannot fault for lack of space;
+/// reading a hole can: tmpfs allocates a page to serve a fault on a hole,
+/// even a read fault, and raises SIGBUS when it is full. (`pread` of a hole
+/// returns zeros without allocating.) 0 if the file system cannot say.
+pub(crate) fn allocated_prefix(file: &File, len: usize) -> usize {
+    use rustix::fs::{seek, SeekFrom};
+    match seek(file, SeekFrom::Hole(0)) {
+        Ok(end) => usize::try_from(end).unwrap_or(usize::MAX).min(len),
+        Err(_) => 0,
     }
 }
 

@@ -2,6 +2,7 @@
 //! its offset and time indexes, all named after the segment's base offset
 //! (`00000000000000000000.log`, `.index`, `.timeindex`, as Kafka names them).
 
+use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -297,39 +298,24 @@ impl Segment {
     /// `expected_offset` must start, until the data ends or stops making
     /// sense. With `check_crc`, each batch's checksum is verified. Each good
     /// batch is passed to `on_batch`.
+    /// Reads the file through [`LogBytes`], so that running into the
+    /// unwritten, sparse part of the file cannot fault.
     pub(crate) fn scan(
         &self,
         position: u64,
         expected_offset: u64,
         check_crc: bool,
         mut on_batch: impl FnMut(u64, &BatchHeader),
-    ) -> Scan {
-        let data = self.map.slice(0, self.map.len());
+    ) -> std::io::Result<Scan> {
+        let data = LogBytes::new(&self.map, &self.file);
         let mut pos = position as usize;
         let mut next = expected_offset;
         let mut max_timestamp = i64::MIN;
         let stop = loop {
-            let rest = &data[pos..];
-            if rest.len() < LOG_OVERHEAD || rest[..LOG_OVERHEAD].iter().all(|&b| b == 0) {
-                break ScanStop::Clean;
-            }
-            let parsed = if check_crc {
-                batch::validate(rest)
-            } else {
-                BatchHeader::parse(rest).and_then(|h| {
-                    if h.size() > rest.len() {
-                        Err(BatchError::Truncated {
-                            needed: h.size(),
-                            available: rest.len(),
-                        })
-                    } else {
-                        Ok(h)
-                    }
-                })
-            };
-            let header = match parsed {
-                Ok(h) => h,
-                Err(e) => {
+            let header = match data.batch_at(pos, check_crc)? {
+                None => break ScanStop::Clean,
+                Some(Ok(h)) => h,
+                Some(Err(e)) => {
                     break ScanStop::Invalid {
                         position: pos as u64,
                         reason: e.to_string(),
@@ -353,31 +339,33 @@ impl Segment {
             next = header.last_offset() as u64 + 1;
             pos += header.size();
         };
-        Scan {
+        Ok(Scan {
             end: pos as u64,
             next_offset: next,
             max_timestamp,
             stop,
-        }
+        })
     }
 
     /// Rebuilds both indexes (which must start empty) from the log and sets
     /// the segment's end. Returns how the scan ended; the caller truncates on
     /// `Invalid`.
-    pub(crate) fn recover(&self, interval: u64) -> Scan {
+    pub(crate) fn recover(&self, interval: u64) -> Result<Scan> {
         debug_assert!(self.offsets.len() == 0 && self.times.len() == 0);
         let mut cursor = IndexCursor::default();
         let mut last_relative = 0;
-        let scan = self.scan(0, self.base_offset, true, |pos, header| {
-            self.raise_max_timestamp(header.max_timestamp);
-            last_relative = (header.base_offset as u64 - self.base_offset) as u32;
-            if self.index_room(1) {
-                self.index_batch(&mut cursor, interval, pos, header);
-            }
-        });
+        let scan = self
+            .scan(0, self.base_offset, true, |pos, header| {
+                self.raise_max_timestamp(header.max_timestamp);
+                last_relative = (header.base_offset as u64 - self.base_offset) as u32;
+                if self.index_room(1) {
+                    self.index_batch(&mut cursor, interval, pos, header);
+                }
+            })
+            .map_err(|e| SpoolError::io("read segment", &self.log_path, e))?;
         self.push_time_entry(last_relative);
         self.set_end(scan.end, scan.next_offset, scan.max_timestamp);
-        scan
+        Ok(scan)
     }
 
     /// Loads a sealed segment that lies below the recovery point: trusts the
@@ -392,7 +380,7 @@ impl Segment {
         if position >= self.capacity() {
             return None;
         }
-        let scan = self.scan(position, offset, false, |_, _| {});
+        let scan = self.scan(position, offset, false, |_, _| {}).ok()?;
         if scan.stop != ScanStop::Clean || scan.end == 0 {
             return None;
         }
@@ -412,9 +400,10 @@ impl Segment {
             // Trust an entry only if it lands on the batch it names; a
             // damaged index costs a longer scan, never a wrong answer.
             Some(e)
-                if self
-                    .header_at(e.position as u64)
-                    .is_some_and(|h| h.base_offset as u64 == self.base_offset + e.relative_offset as u64) =>
+                if (e.position as u64) < end
+                    && self.header_at(e.position as u64).is_some_and(|h| {
+                        h.base_offset as u64 == self.base_offset + e.relative_offset as u64
+                    }) =>
             {
                 e.position as u64
             }
@@ -470,6 +459,103 @@ impl Segment {
             self.offsets.path().to_path_buf(),
             self.times.path().to_path_buf(),
         ]
+    }
+}
+
+/// A log file as a scan sees it, the unwritten part past its data included.
+///
+/// A segment file is preallocated sparse, so what follows its last batch is
+/// usually a hole. Reading a hole through a map makes tmpfs allocate a page,
+/// which raises SIGBUS when the file system is full; `pread` of a hole just
+/// returns zeros. So the file's allocated prefix is read through the map,
+/// and anything after it with `pread`.
+#[derive(Debug)]
+pub(crate) struct LogBytes<'a> {
+    map: &'a LogMap,
+    file: &'a File,
+    /// Bytes before the file's first hole: safe to read through the map.
+    mapped: usize,
+}
+
+impl<'a> LogBytes<'a> {
+    pub(crate) fn new(map: &'a LogMap, file: &'a File) -> LogBytes<'a> {
+        let mapped = crate::map::allocated_prefix(file, map.len());
+        LogBytes { map, file, mapped }
+    }
+
+    /// Length of the file (as mapped).
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The bytes `start..start + len`, fewer at the end of the file.
+    pub(crate) fn get(&self, start: usize, len: usize) -> std::io::Result<Cow<'a, [u8]>> {
+        use std::os::unix::fs::FileExt as _;
+        let start = start.min(self.len());
+        let end = start.saturating_add(len).min(self.len());
+        if end <= self.mapped {
+            return Ok(Cow::Borrowed(self.map.slice(start, end)));
+        }
+        let mut buf = vec![0u8; end - start];
+        self.file.read_exact_at(&mut buf, start as u64)?;
+        Ok(Cow::Owned(buf))
+    }
+
+    /// CRC-32C of the bytes `start..end`, read a chunk at a time.
+    fn crc(&self, start: usize, end: usize) -> std::io::Result<u32> {
+        const CHUNK: usize = 1 << 20;
+        let mut crc = 0;
+        let mut at = start;
+        while at < end {
+            let len = if at < self.mapped {
+                self.mapped.min(end) - at
+            } else {
+                CHUNK.min(end - at)
+            };
+            crc = crc32c::crc32c_append(crc, &self.get(at, len)?);
+            at += len;
+        }
+        Ok(crc)
+    }
+
+    /// The batch at `pos`: `None` where the data ends (fewer bytes than a
+    /// length prefix, or a zero one), otherwise its header or why the bytes
+    /// there are not a valid batch (the same errors as
+    /// [`batch::validate`]). With `check_crc`, the checksum is verified.
+    pub(crate) fn batch_at(
+        &self,
+        pos: usize,
+        check_crc: bool,
+    ) -> std::io::Result<Option<std::result::Result<BatchHeader, BatchError>>> {
+        let available = self.len().saturating_sub(pos);
+        if available < LOG_OVERHEAD {
+            return Ok(None);
+        }
+        let head = self.get(pos, batch::HEADER_LEN)?;
+        if head[..LOG_OVERHEAD].iter().all(|&b| b == 0) {
+            return Ok(None);
+        }
+        let header = match BatchHeader::parse(&head) {
+            Ok(h) => h,
+            Err(e) => return Ok(Some(Err(e))),
+        };
+        let size = header.size();
+        if size > available {
+            return Ok(Some(Err(BatchError::Truncated {
+                needed: size,
+                available,
+            })));
+        }
+        if check_crc {
+            let computed = self.crc(pos + batch::CRC_START, pos + size)?;
+            if computed != header.crc {
+                return Ok(Some(Err(BatchError::Crc {
+                    stored: header.crc,
+                    computed,
+                })));
+            }
+        }
+        Ok(Some(Ok(header)))
     }
 }
 

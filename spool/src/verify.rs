@@ -5,14 +5,15 @@
 //! be examined before recovery changes it.
 
 use std::fs::File;
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 
-use crate::batch::{self, BatchHeader, LOG_OVERHEAD};
+use crate::batch::BatchHeader;
 use crate::error::{Result, SpoolError};
 use crate::index::{Entry, OffsetEntry, TimeEntry};
 use crate::log::read_recovery_point;
-use crate::map::{IndexMap, LogMap};
-use crate::segment::{index_path, parse_log_name};
+use crate::map::LogMap;
+use crate::segment::{index_path, parse_log_name, LogBytes};
 
 /// Something wrong on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,13 +130,14 @@ pub fn verify_partition(dir: &Path) -> Result<PartitionReport> {
             });
         }
         let (map, file) = map_log(&log_path)?;
-        let data = map.slice(0, map.len());
+        let data = LogBytes::new(&map, &file);
+        let read_err = |e| SpoolError::io("read segment", &log_path, e);
         let mut batches: Vec<(u64, BatchHeader, i64)> = Vec::new();
         let mut pos = 0usize;
         let mut next = base;
         let mut max_ts = i64::MIN;
-        while pos + LOG_OVERHEAD <= data.len() && data[pos..pos + LOG_OVERHEAD].iter().any(|&b| b != 0) {
-            match batch::validate(&data[pos..]) {
+        while let Some(found) = data.batch_at(pos, true).map_err(read_err)? {
+            match found {
                 Ok(h) if h.base_offset == next as i64 => {
                     max_ts = max_ts.max(h.max_timestamp);
                     batches.push((pos as u64, h, max_ts));
@@ -164,7 +166,7 @@ pub fn verify_partition(dir: &Path) -> Result<PartitionReport> {
             }
         }
         if report.problems.iter().all(|p| p.path != log_path) {
-            if let Some(at) = first_nonzero(&file, data, pos) {
+            if let Some(at) = first_nonzero(&file, pos, data.len()).map_err(read_err)? {
                 report.problems.push(Problem {
                     path: log_path.clone(),
                     position: at as u64,
@@ -264,12 +266,25 @@ fn check_index<E: Entry>(
     if len < E::SIZE {
         return Ok(());
     }
-    let map = IndexMap::new_read_only(&file).map_err(|e| SpoolError::io("map index", path, e))?;
+    // Read with pread, not a map: the file is sparse, and reading a hole
+    // through a map faults (SIGBUS) on a full tmpfs.
+    let read_err = |e| SpoolError::io("read index", path, e);
+    // Entries are written only on allocated blocks: a hole ends them (an
+    // entry a full disk had no block for was skipped, not written).
     let capacity = len / E::SIZE;
+    let written = crate::map::allocated_prefix(&file, len) / E::SIZE;
+    let mut chunk = Vec::new();
+    let mut chunk_start = 0;
     let mut last = i64::MIN;
     let mut i = 0;
-    while i < capacity {
-        let entry = E::decode(&map, i * E::SIZE);
+    while i < written {
+        let at = i * E::SIZE;
+        if at >= chunk_start + chunk.len() {
+            chunk_start = at;
+            chunk = vec![0u8; (64 * E::SIZE * 1024).min(len - at) / E::SIZE * E::SIZE];
+            file.read_exact_at(&mut chunk, at as u64).map_err(read_err)?;
+        }
+        let entry = E::decode(&chunk[at - chunk_start..at - chunk_start + E::SIZE]);
         if i > 0 && entry.key() <= last {
             break;
         }
@@ -282,24 +297,19 @@ fn check_index<E: Entry>(
         if let Some(what) = check(&entry) {
             report.problems.push(Problem {
                 path: path.to_path_buf(),
-                position: (i * E::SIZE) as u64,
+                position: at as u64,
                 what,
             });
         }
         i += 1;
     }
     let tail_start = (i * E::SIZE).min(len);
-    let mut at = tail_start;
-    while at + E::SIZE <= len {
-        if !map.is_zero(at, E::SIZE) {
-            report.problems.push(Problem {
-                path: path.to_path_buf(),
-                position: at as u64,
-                what: "stray entry after the index's last entry".into(),
-            });
-            break;
-        }
-        at += E::SIZE;
+    if let Some(at) = first_nonzero(&file, tail_start, capacity * E::SIZE).map_err(read_err)? {
+        report.problems.push(Problem {
+            path: path.to_path_buf(),
+            position: (at - at % E::SIZE) as u64,
+            what: "stray entry after the index's last entry".into(),
+        });
     }
     Ok(())
 }
@@ -310,48 +320,59 @@ fn check_index<E: Entry>(
 pub fn dump_partition(dir: &Path, from: u64, mut visit: impl FnMut(&BatchInfo<'_>)) -> Result<()> {
     for base in segment_bases(dir)? {
         let log_path = dir.join(crate::segment::log_name(base));
-        let (map, _file) = map_log(&log_path)?;
-        let data = map.slice(0, map.len());
-        for item in batch::Batches::new(data) {
-            let Ok((position, header)) = item else { break };
+        let (map, file) = map_log(&log_path)?;
+        let data = LogBytes::new(&map, &file);
+        let read_err = |e| SpoolError::io("read segment", &log_path, e);
+        let mut position = 0;
+        while let Some(Ok(header)) = data.batch_at(position, true).map_err(read_err)? {
             if header.last_offset() >= from as i64 {
+                let bytes = data.get(position, header.size()).map_err(read_err)?;
                 visit(&BatchInfo {
                     segment: log_path.clone(),
                     position: position as u64,
                     header,
-                    bytes: &data[position..position + header.size()],
+                    bytes: &bytes,
                 });
             }
+            position += header.size();
         }
     }
     Ok(())
 }
 
-/// The position of the first non-zero byte of `data` (the map of `file`)
-/// at or after `from`. Only the file's data regions are read: the holes of
-/// a sparse, preallocated segment read as zeros without being looked at.
-fn first_nonzero(file: &File, data: &[u8], from: usize) -> Option<usize> {
+/// The position of the first non-zero byte of `file` in `from..end`. Reads
+/// with `pread`, and only the file's data regions: the holes of a sparse,
+/// preallocated file read as zeros without being looked at.
+fn first_nonzero(file: &File, from: usize, end: usize) -> std::io::Result<Option<usize>> {
     use rustix::fs::{seek, SeekFrom};
+    const CHUNK: usize = 1 << 20;
+    let mut buf = Vec::new();
     let mut at = from;
-    while at < data.len() {
-        let start = match seek(file, SeekFrom::Data(at as u64)) {
-            Ok(start) => start as usize,
+    while at < end {
+        let (start, stop) = match seek(file, SeekFrom::Data(at as u64)) {
+            Ok(start) => {
+                let start = start as usize;
+                let stop = seek(file, SeekFrom::Hole(start as u64)).map_or(end, |e| e as usize);
+                (start, stop.min(end))
+            }
             // No data after `at`: the rest is a hole.
-            Err(rustix::io::Errno::NXIO) => return None,
+            Err(rustix::io::Errno::NXIO) => return Ok(None),
             // No SEEK_DATA here: read everything.
-            Err(_) => return data[at..].iter().position(|&b| b != 0).map(|off| at + off),
+            Err(_) => (at, end),
         };
-        if start >= data.len() {
-            return None;
+        let mut chunk_at = start;
+        while chunk_at < stop {
+            let len = CHUNK.min(stop - chunk_at);
+            buf.resize(len, 0);
+            file.read_exact_at(&mut buf, chunk_at as u64)?;
+            if let Some(off) = buf.iter().position(|&b| b != 0) {
+                return Ok(Some(chunk_at + off));
+            }
+            chunk_at += len;
         }
-        let end =
-            seek(file, SeekFrom::Hole(start as u64)).map_or(data.len(), |end| (end as usize).min(data.len()));
-        if let Some(off) = data[start..end].iter().position(|&b| b != 0) {
-            return Some(start + off);
-        }
-        at = end.max(start + 1);
+        at = stop.max(start + 1);
     }
-    None
+    Ok(None)
 }
 
 fn segment_bases(dir: &Path) -> Result<Vec<u64>> {

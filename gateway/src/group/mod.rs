@@ -81,6 +81,7 @@ use strait_spool::{Durability, IoPool, Partition, SpoolError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::error::{kafka_code, Failure};
 use offsets::{Committed, Entry, OffsetStore};
 pub use state::GroupState;
 use state::{Group, JoinInput, JoinOutcome, Reply, SyncOutcome, Timers};
@@ -835,10 +836,7 @@ impl GroupCoordinator {
                 Err(e) => {
                     tracing::warn!(group = %group_id, error = %e, "writing committed offsets failed");
                     st.gc(&group_id);
-                    match e {
-                        SpoolError::BatchTooLarge { .. } => err(ResponseError::InvalidCommitOffsetSize),
-                        _ => err(ResponseError::CoordinatorNotAvailable),
-                    }
+                    err(kafka_code(Failure::OffsetLog(&e)))
                 }
             };
             st.offsets.finish(seq);
@@ -1122,7 +1120,7 @@ impl GroupCoordinator {
                         }
                         for (id, error) in results.iter_mut() {
                             if id.0.as_str() == group {
-                                *error = Some(ResponseError::CoordinatorNotAvailable);
+                                *error = Some(kafka_code(Failure::OffsetLog(&e)));
                             }
                         }
                     }
