@@ -111,6 +111,48 @@ fn bad_values() {
         "spool.segment_bytes",
         "invalid type: unit value",
     );
+    // A negative value reads the same whatever its kind or form.
+    let negative = [
+        (
+            "spool:\n  segment_bytes: -5MiB\n",
+            "spool.segment_bytes",
+            "invalid size `-5MiB`",
+        ),
+        (
+            "spool:\n  segment_bytes: -1\n",
+            "spool.segment_bytes",
+            "invalid size `-1`",
+        ),
+        (
+            "spool:\n  segment_age: -5s\n",
+            "spool.segment_age",
+            "invalid duration `-5s`",
+        ),
+        (
+            "spool:\n  segment_age: -5\n",
+            "spool.segment_age",
+            "invalid duration `-5`",
+        ),
+        (
+            "server:\n  max_connections: -1\n",
+            "server.max_connections",
+            "invalid number `-1`",
+        ),
+        (
+            "broker:\n  default_partitions: -3\n",
+            "broker.default_partitions",
+            "invalid number `-3`",
+        ),
+    ];
+    for (text, path, start) in negative {
+        let error = check_error(text, path, &format!("{start}: must not be negative"));
+        assert!(error.to_string().ends_with(": must not be negative"), "{error}");
+    }
+    check_error(
+        "server:\n  max_connections: 99999999999\n",
+        "server.max_connections",
+        "invalid number `99999999999`: too large (at most 4294967295)",
+    );
     check_error(
         "spool:\n  segment_age: 1d\n  segment_age: 2d\n",
         "spool.segment_age",
