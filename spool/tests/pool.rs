@@ -151,7 +151,7 @@ fn invalid_batches_are_refused_through_the_pool() {
     assert!(matches!(
         err,
         strait_spool::SpoolError::InvalidBatch {
-            source: batch::BatchError::Magic(1),
+            error: batch::BatchError::Magic(1),
             ..
         }
     ));
