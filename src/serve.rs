@@ -60,6 +60,9 @@ pub fn run(overrides: Overrides) -> anyhow::Result<()> {
     config
         .validate()
         .map_err(|invalid| blame(&invalid.path, invalid.to_string()))?;
+    // Before any partition is opened.
+    let files = crate::limits::raise_open_files();
+    crate::limits::log_open_files(files, u64::from(config.server.max_connections));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("strait")

@@ -6,6 +6,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use strait_spool::batch::build;
@@ -475,5 +476,92 @@ fn spool_errors_name_the_os_error_once() {
             partition.display(),
             log.display()
         )
+    );
+}
+
+/// Started with a soft open-files limit of 256 (by util-linux's `prlimit`,
+/// which then runs strait in its place), `strait serve` raises it to the
+/// hard limit, says so and what it allows, and really runs with it.
+#[test]
+fn serve_raises_the_open_files_limit_to_the_hard_limit() {
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .maximum
+        .expect("Linux's hard limit of open files is finite");
+    assert!(hard > 256, "the test needs a hard limit above 256, not {hard}");
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("strait.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir: {}\nserver:\n  listen: 127.0.0.1:0\n  max_connections: 100\n",
+            tmp.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new("prlimit")
+        .arg("--nofile=256:")
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_strait"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .env("STRAIT_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running prlimit (util-linux)");
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr).lines() {
+            if tx.send(line.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let mut wait_for = |what: &str| -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains(what) => return line,
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("no {what:?} in the log:\n{}", seen.join("\n")),
+            }
+        }
+    };
+    let line = wait_for("open files limit");
+    wait_for("Strait is ready");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let room = (hard - 100 - 64) / 3;
+    assert!(
+        line.ends_with(&format!(
+            " INFO strait::limits: open files limit {hard} (raised from 256): room for about \
+             {room} partitions at 3 files each (per segment) beside 100 connections"
+        )),
+        "{line}"
+    );
+    let limits = limits.unwrap();
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("a Max open files line")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        open_files,
+        [
+            "Max",
+            "open",
+            "files",
+            &hard.to_string(),
+            &hard.to_string(),
+            "files"
+        ],
+        "{limits}"
     );
 }
