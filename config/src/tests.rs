@@ -57,8 +57,8 @@ fn misspelt_key() {
         error.to_string(),
         "strait.yaml:3:3: spool.segmnt_bytes: unknown field `segmnt_bytes`, expected one of \
          `segment_bytes`, `segment_age`, `index_interval_bytes`, `index_bytes`, \
-         `max_batch_bytes`, `retention_bytes`, `retention_age`, `durability`, \
-         `flush_interval`, `flush_bytes`, `topics`"
+         `max_batch_bytes`, `retention_bytes`, `retention_age`, `retention_check_interval`, \
+         `durability`, `flush_interval`, `flush_bytes`, `topics`"
     );
     check_error(
         "spol: {}\n",
@@ -69,6 +69,12 @@ fn misspelt_key() {
         "spool:\n  topics:\n    payments:\n      retention: 30d\n",
         "spool.topics.payments.retention",
         "unknown field `retention`",
+    );
+    // The retention check runs for all topics at once.
+    check_error(
+        "spool:\n  topics:\n    payments:\n      retention_check_interval: 1m\n",
+        "spool.topics.payments.retention_check_interval",
+        "unknown field `retention_check_interval`",
     );
     // `topics` is not allowed inside a topic.
     check_error(
@@ -203,6 +209,34 @@ fn validation_errors_name_file_and_key() {
 }
 
 #[test]
+fn retention_check_interval() {
+    assert_eq!(
+        Config::default().spool.retention_check_interval,
+        HumanDuration::minutes(1)
+    );
+    let config = parse("spool:\n  retention_check_interval: 5m\n");
+    assert_eq!(
+        config.spool.retention_check_interval.duration(),
+        Duration::from_secs(300)
+    );
+    check_error(
+        "spool:\n  retention_check_interval: 0s\n",
+        "spool.retention_check_interval",
+        "must be greater than zero",
+    );
+    check_error(
+        "spool:\n  retention_check_interval: 300000\n",
+        "spool.retention_check_interval",
+        "a bare number is ambiguous; add a unit",
+    );
+    check_error(
+        "spool:\n  retention_check_interval: -1m\n",
+        "spool.retention_check_interval",
+        "invalid duration `-1m`: must not be negative",
+    );
+}
+
+#[test]
 fn duplicate_topics_are_rejected() {
     let error = check_error(
         "spool:\n  topics:\n    a:\n      segment_age: 1h\n    b: {}\n    a:\n      segment_age: 2h\n",
@@ -272,6 +306,7 @@ spool:
   max_batch_bytes: 1MiB
   retention_bytes: null
   retention_age: 7d
+  retention_check_interval: 1m
   durability: interval
   flush_interval: 1s
   flush_bytes: null
@@ -295,6 +330,7 @@ spool:
   max_batch_bytes: 8MiB
   retention_bytes: 1TiB
   retention_age: 36h
+  retention_check_interval: 30s
   flush_interval: 250ms
   flush_bytes: 16MiB
   topics:

@@ -200,7 +200,10 @@ impl Strait {
             // Listening on port 0 picks a free port: advertise that one.
             port = bound.port();
         }
-        let pool = Arc::new(IoPool::new(PoolOptions::default()));
+        let pool = Arc::new(IoPool::new(PoolOptions {
+            retention_interval: config.spool.retention_check_interval.duration(),
+            ..PoolOptions::default()
+        }));
         let topics = {
             let (dir, spool, pool) = (data_dir.clone(), config.spool.clone(), Arc::clone(&pool));
             tokio::task::spawn_blocking(move || Topics::open(&dir, spool, pool))
