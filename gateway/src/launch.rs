@@ -104,7 +104,7 @@ fn bind_advice(error: &std::io::Error) -> &'static str {
 /// Makes sure `dir` is a directory this process can write, creating it if
 /// needed; otherwise a [`StartError::DataDir`] saying what is wrong and what
 /// to do.
-pub fn prepare_data_dir(dir: &Path) -> Result<(), StartError> {
+fn prepare_data_dir(dir: &Path) -> Result<(), StartError> {
     let shown = dir.display();
     let fail = |message: String| StartError::DataDir {
         path: dir.to_path_buf(),
