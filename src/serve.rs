@@ -21,34 +21,57 @@ pub struct Overrides {
 
 /// Loads the configuration (or the embedded default), applies the flags,
 /// and serves until SIGTERM or SIGINT.
+///
+/// A start-up failure is one line naming the key and where its value came
+/// from: `KEY (from --flag): what is wrong; what to do` for a flag,
+/// `FILE: KEY: ...` for a configuration file, `KEY: ...` for a built-in
+/// default.
 pub fn run(overrides: Overrides) -> anyhow::Result<()> {
     let mut config = match &overrides.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
+    let mut flags: Vec<(&str, &str)> = Vec::new();
     if let Some(listen) = overrides.listen {
         config.server.listen = listen;
+        flags.push(("server.listen", "--listen"));
     }
     if let Some(advertised) = overrides.advertised {
         config.server.advertised = Some(advertised);
+        flags.push(("server.advertised", "--advertised"));
     }
     if let Some(dir) = overrides.data_dir {
         config.data_dir = dir;
+        flags.push(("data_dir", "--data-dir"));
     }
-    let origin = overrides
-        .config
-        .as_ref()
-        .map_or_else(|| "command line".to_owned(), |p| p.display().to_string());
+    let file = overrides.config.as_ref().map(|p| p.display().to_string());
+    // `message` begins with `key: `; name where the value came from.
+    let blame = |key: &str, message: String| -> anyhow::Error {
+        if let Some((_, flag)) = flags.iter().find(|(k, _)| *k == key) {
+            if let Some(rest) = message.strip_prefix(&format!("{key}: ")) {
+                return anyhow::anyhow!("{key} (from {flag}): {rest}");
+            }
+        }
+        match &file {
+            Some(file) => anyhow::anyhow!("{file}: {message}"),
+            None => anyhow::anyhow!("{message}"),
+        }
+    };
     config
         .validate()
-        .map_err(|invalid| anyhow::anyhow!("{origin}: {invalid}"))?;
+        .map_err(|invalid| blame(&invalid.path, invalid.to_string()))?;
+    // Before any partition is opened.
+    let files = crate::limits::raise_open_files();
+    crate::limits::log_open_files(files, u64::from(config.server.max_connections));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("strait")
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let strait = Strait::start(&config).await?;
+        let strait = Strait::start(&config)
+            .await
+            .map_err(|e| blame(e.key(), e.to_string()))?;
         strait.run(shutdown_signal()).await.context("serving")?;
         Ok(())
     })

@@ -1481,6 +1481,70 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
+/// `spool.retention_check_interval` reaches the spool: at 200ms, a topic
+/// held to 64KiB by `retention_bytes` loses its oldest segments within
+/// seconds of being filled (the default interval would wait a minute after
+/// start), and the log start offset clients see moves with them.
+#[test]
+fn retention_runs_at_the_configured_check_interval() {
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("strait.yaml");
+    std::fs::write(
+        &config,
+        "spool:\n  segment_bytes: 64KiB\n  max_batch_bytes: 64KiB\n  retention_bytes: 64KiB\n  \
+         retention_check_interval: 200ms\n",
+    )
+    .unwrap();
+    let strait = Strait::start(&["--config", config.to_str().unwrap()]);
+    let b = strait.bootstrap();
+    let topic = unique("retention-check");
+    rd_create_topic(&b, &topic, 1).expect("rdkafka create");
+    let producer: BaseProducer<Deliveries> = rd_config(&b)
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        .set("batch.size", "16384")
+        .create_with_context(Deliveries::default())
+        .expect("rdkafka producer");
+    // About 450KB: seven segments of 64KiB.
+    rd_produce(&producer, &topic, &"r".repeat(200), 0, 2000);
+
+    let c: BaseConsumer = rd_config(&b)
+        .set("group.id", unique("retention-check"))
+        .create()
+        .expect("consumer");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (low, high) = loop {
+        let (low, high) = c
+            .fetch_watermarks(&topic, 0, Duration::from_secs(10))
+            .expect("watermarks");
+        if low > 0 {
+            break (low, high);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the log start offset did not move within 15 s\n{}",
+            strait.log()
+        );
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(high, 2000);
+    // The segments below the log start are gone from disk; about 64KiB
+    // stays.
+    let dir = strait.data_dir().join("topics").join(format!("{topic}-0"));
+    let mut logs: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".log"))
+        .collect();
+    logs.sort();
+    assert_eq!(logs[0], format!("{low:020}.log"), "{logs:?}");
+    assert!(logs.len() <= 3, "{logs:?}");
+    let line = strait
+        .log_line(&["retention deleted segments", &format!("{topic}-0")])
+        .unwrap_or_else(|| panic!("no retention log line\n{}", strait.log()));
+    assert!(line.contains("INFO"), "{line}");
+}
+
 fn rd_admin(b: &str) -> AdminClient<DefaultClientContext> {
     rd_config(b).create().expect("rdkafka admin client")
 }

@@ -28,6 +28,7 @@ pub struct ServerConfig {
     /// at the limit Strait stops accepting and logs it once, and further
     /// connections wait in the kernel's accept queue until one closes.
     /// Default `10000`.
+    #[serde(deserialize_with = "crate::units::deserialize_count")]
     pub max_connections: u32,
     /// Largest request frame accepted (Kafka's `socket.request.max.bytes`).
     /// A larger frame closes that connection. Default `100MiB`; at least
@@ -63,9 +64,13 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// The listen address, parsed (valid after [`ServerConfig::validate`]).
     pub fn listen_addr(&self) -> Result<SocketAddr, String> {
-        self.listen
-            .parse()
-            .map_err(|_| format!("`{}` is not an address:port such as 127.0.0.1:9092", self.listen))
+        self.listen.parse().map_err(|_| {
+            format!(
+                "`{}` is not an IP address and port (host names are not resolved): \
+                 write one such as 127.0.0.1:9092, or 0.0.0.0:9092 to accept from other hosts",
+                self.listen
+            )
+        })
     }
 
     /// The advertised `(host, port)`: `advertised` if set, else the listen
@@ -113,7 +118,12 @@ impl ServerConfig {
 }
 
 fn parse_host_port(value: &str) -> Result<(String, u16), String> {
-    let bad = || format!("`{value}` is not host:port such as kafka.example.com:9092");
+    let bad = || {
+        format!(
+            "`{value}` is not host:port: write the name or address and port clients should \
+             connect to, such as kafka.example.com:9092"
+        )
+    };
     let (host, port) = value.rsplit_once(':').ok_or_else(bad)?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let port: u16 = port.parse().map_err(|_| bad())?;
@@ -134,6 +144,7 @@ pub struct BrokerConfig {
     /// Partitions of an auto-created topic, and of a CreateTopics request
     /// that leaves the count to the broker (Kafka's `num.partitions`).
     /// Default `1`; at most `10000`.
+    #[serde(deserialize_with = "crate::units::deserialize_count")]
     pub default_partitions: u32,
     /// Shortest session timeout a consumer group member may ask for.
     /// Default `6s` (Kafka's `group.min.session.timeout.ms`).
@@ -237,7 +248,7 @@ mod tests {
                 ..ServerConfig::default()
             },
             "server.listen",
-            "address:port",
+            "is not an IP address and port (host names are not resolved)",
         );
         check(
             ServerConfig {

@@ -57,8 +57,8 @@ fn misspelt_key() {
         error.to_string(),
         "strait.yaml:3:3: spool.segmnt_bytes: unknown field `segmnt_bytes`, expected one of \
          `segment_bytes`, `segment_age`, `index_interval_bytes`, `index_bytes`, \
-         `max_batch_bytes`, `retention_bytes`, `retention_age`, `durability`, \
-         `flush_interval`, `flush_bytes`, `topics`"
+         `max_batch_bytes`, `retention_bytes`, `retention_age`, `retention_check_interval`, \
+         `durability`, `flush_interval`, `flush_bytes`, `topics`"
     );
     check_error(
         "spol: {}\n",
@@ -69,6 +69,12 @@ fn misspelt_key() {
         "spool:\n  topics:\n    payments:\n      retention: 30d\n",
         "spool.topics.payments.retention",
         "unknown field `retention`",
+    );
+    // The retention check runs for all topics at once.
+    check_error(
+        "spool:\n  topics:\n    payments:\n      retention_check_interval: 1m\n",
+        "spool.topics.payments.retention_check_interval",
+        "unknown field `retention_check_interval`",
     );
     // `topics` is not allowed inside a topic.
     check_error(
@@ -110,6 +116,48 @@ fn bad_values() {
         "spool:\n  segment_bytes: null\n",
         "spool.segment_bytes",
         "invalid type: unit value",
+    );
+    // A negative value reads the same whatever its kind or form.
+    let negative = [
+        (
+            "spool:\n  segment_bytes: -5MiB\n",
+            "spool.segment_bytes",
+            "invalid size `-5MiB`",
+        ),
+        (
+            "spool:\n  segment_bytes: -1\n",
+            "spool.segment_bytes",
+            "invalid size `-1`",
+        ),
+        (
+            "spool:\n  segment_age: -5s\n",
+            "spool.segment_age",
+            "invalid duration `-5s`",
+        ),
+        (
+            "spool:\n  segment_age: -5\n",
+            "spool.segment_age",
+            "invalid duration `-5`",
+        ),
+        (
+            "server:\n  max_connections: -1\n",
+            "server.max_connections",
+            "invalid number `-1`",
+        ),
+        (
+            "broker:\n  default_partitions: -3\n",
+            "broker.default_partitions",
+            "invalid number `-3`",
+        ),
+    ];
+    for (text, path, start) in negative {
+        let error = check_error(text, path, &format!("{start}: must not be negative"));
+        assert!(error.to_string().ends_with(": must not be negative"), "{error}");
+    }
+    check_error(
+        "server:\n  max_connections: 99999999999\n",
+        "server.max_connections",
+        "invalid number `99999999999`: too large (at most 4294967295)",
     );
     check_error(
         "spool:\n  segment_age: 1d\n  segment_age: 2d\n",
@@ -158,6 +206,34 @@ fn validation_errors_name_file_and_key() {
         "invalid topic name `..`",
     );
     check_error("data_dir: ''\n", "data_dir", "must not be empty");
+}
+
+#[test]
+fn retention_check_interval() {
+    assert_eq!(
+        Config::default().spool.retention_check_interval,
+        HumanDuration::minutes(1)
+    );
+    let config = parse("spool:\n  retention_check_interval: 5m\n");
+    assert_eq!(
+        config.spool.retention_check_interval.duration(),
+        Duration::from_secs(300)
+    );
+    check_error(
+        "spool:\n  retention_check_interval: 0s\n",
+        "spool.retention_check_interval",
+        "must be greater than zero",
+    );
+    check_error(
+        "spool:\n  retention_check_interval: 300000\n",
+        "spool.retention_check_interval",
+        "a bare number is ambiguous; add a unit",
+    );
+    check_error(
+        "spool:\n  retention_check_interval: -1m\n",
+        "spool.retention_check_interval",
+        "invalid duration `-1m`: must not be negative",
+    );
 }
 
 #[test]
@@ -231,6 +307,7 @@ spool:
   max_batch_bytes: 1MiB
   retention_bytes: null
   retention_age: 7d
+  retention_check_interval: 1m
   durability: interval
   flush_interval: 1s
   flush_bytes: null
@@ -254,6 +331,7 @@ spool:
   max_batch_bytes: 8MiB
   retention_bytes: 1TiB
   retention_age: 36h
+  retention_check_interval: 30s
   flush_interval: 250ms
   flush_bytes: 16MiB
   topics:

@@ -22,6 +22,12 @@ mod tests;
 #[error("{0}")]
 pub struct UnitError(String);
 
+/// The one wording for a negative value, whatever its kind (`size`,
+/// `duration`, `number`) and however it was written (`-1`, `-5MiB`, `-5s`).
+fn negative(kind: &str, input: &str) -> UnitError {
+    UnitError(format!("invalid {kind} `{}`: must not be negative", input.trim()))
+}
+
 /// A number of bytes.
 ///
 /// Accepted forms: a plain integer (bytes), or an integer followed by an
@@ -92,6 +98,9 @@ impl FromStr for ByteSize {
 
     fn from_str(input: &str) -> Result<Self, UnitError> {
         let text = input.trim();
+        if text.starts_with('-') {
+            return Err(negative("size", input));
+        }
         let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
         let (number, unit) = text.split_at(digits_end);
         let unit = unit.trim_start();
@@ -185,10 +194,29 @@ impl<'de> Deserialize<'de> for ByteSize {
             fn visit_i64<E: de::Error>(self, n: i64) -> Result<ByteSize, E> {
                 u64::try_from(n)
                     .map(ByteSize)
-                    .map_err(|_| E::custom(format!("invalid size `{n}`: must not be negative")))
+                    .map_err(|_| E::custom(negative("size", &n.to_string())))
+            }
+
+            fn visit_u128<E: de::Error>(self, n: u128) -> Result<ByteSize, E> {
+                u64::try_from(n).map(ByteSize).map_err(|_| {
+                    E::custom(format!(
+                        "invalid size `{n}`: too large (at most {} bytes)",
+                        u64::MAX
+                    ))
+                })
+            }
+
+            fn visit_i128<E: de::Error>(self, n: i128) -> Result<ByteSize, E> {
+                match u128::try_from(n) {
+                    Ok(n) => self.visit_u128(n),
+                    Err(_) => Err(E::custom(negative("size", &n.to_string()))),
+                }
             }
 
             fn visit_f64<E: de::Error>(self, n: f64) -> Result<ByteSize, E> {
+                if n < 0.0 {
+                    return Err(E::custom(negative("size", &n.to_string())));
+                }
                 Err(E::custom(format!(
                     "invalid size `{n}`: expected a whole number of bytes or a unit, e.g. `64KiB`"
                 )))
@@ -289,6 +317,9 @@ impl FromStr for HumanDuration {
     fn from_str(input: &str) -> Result<Self, UnitError> {
         let invalid = |why: &str| UnitError(format!("invalid duration `{input}`: {why}"));
         let mut rest = input.trim();
+        if rest.starts_with('-') {
+            return Err(negative("duration", input));
+        }
         if rest.is_empty() {
             return Err(invalid(&format!(
                 "expected a number and a unit ({DURATION_UNIT_LIST}), e.g. `1s` or `7d`"
@@ -390,12 +421,26 @@ impl<'de> Deserialize<'de> for HumanDuration {
 
             fn visit_i64<E: de::Error>(self, n: i64) -> Result<HumanDuration, E> {
                 if n < 0 {
-                    return Err(E::custom(format!("invalid duration `{n}`: must not be negative")));
+                    return Err(E::custom(negative("duration", &n.to_string())));
+                }
+                Err(E::custom(bare_number_error(&n.to_string())))
+            }
+
+            fn visit_u128<E: de::Error>(self, n: u128) -> Result<HumanDuration, E> {
+                Err(E::custom(bare_number_error(&n.to_string())))
+            }
+
+            fn visit_i128<E: de::Error>(self, n: i128) -> Result<HumanDuration, E> {
+                if n < 0 {
+                    return Err(E::custom(negative("duration", &n.to_string())));
                 }
                 Err(E::custom(bare_number_error(&n.to_string())))
             }
 
             fn visit_f64<E: de::Error>(self, n: f64) -> Result<HumanDuration, E> {
+                if n < 0.0 {
+                    return Err(E::custom(negative("duration", &n.to_string())));
+                }
                 Err(E::custom(format!(
                     "invalid duration `{n}`: a bare number is ambiguous and fractions are not \
                      supported; write e.g. `1500ms`"
@@ -409,4 +454,77 @@ impl<'de> Deserialize<'de> for HumanDuration {
 
         deserializer.deserialize_any(DurationVisitor)
     }
+}
+
+/// Deserializes a count such as `server.max_connections`: a whole number
+/// from 0 to `u32::MAX`, with messages worded as those of sizes and
+/// durations (`invalid number `-1`: must not be negative`) rather than
+/// serde's `invalid type: integer `-1`, expected u32`. Range checks beyond
+/// the type are the section's `validate`.
+pub(crate) fn deserialize_count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+    struct CountVisitor;
+
+    fn whole<E: de::Error>(input: &str) -> E {
+        E::custom(format!(
+            "invalid number `{input}`: expected a whole number, e.g. `100`"
+        ))
+    }
+
+    impl Visitor<'_> for CountVisitor {
+        type Value = u32;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a whole number such as `100`")
+        }
+
+        fn visit_u64<E: de::Error>(self, n: u64) -> Result<u32, E> {
+            u32::try_from(n)
+                .map_err(|_| E::custom(format!("invalid number `{n}`: too large (at most {})", u32::MAX)))
+        }
+
+        fn visit_i64<E: de::Error>(self, n: i64) -> Result<u32, E> {
+            match u64::try_from(n) {
+                Ok(n) => self.visit_u64(n),
+                Err(_) => Err(E::custom(negative("number", &n.to_string()))),
+            }
+        }
+
+        fn visit_u128<E: de::Error>(self, n: u128) -> Result<u32, E> {
+            u32::try_from(n)
+                .map_err(|_| E::custom(format!("invalid number `{n}`: too large (at most {})", u32::MAX)))
+        }
+
+        fn visit_i128<E: de::Error>(self, n: i128) -> Result<u32, E> {
+            match u128::try_from(n) {
+                Ok(n) => self.visit_u128(n),
+                Err(_) => Err(E::custom(negative("number", &n.to_string()))),
+            }
+        }
+
+        fn visit_f64<E: de::Error>(self, n: f64) -> Result<u32, E> {
+            if n < 0.0 {
+                return Err(E::custom(negative("number", &n.to_string())));
+            }
+            Err(whole(&n.to_string()))
+        }
+
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<u32, E> {
+            let text = s.trim();
+            if text.starts_with('-') {
+                return Err(E::custom(negative("number", s)));
+            }
+            if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(whole(s));
+            }
+            match text.parse::<u64>() {
+                Ok(n) => self.visit_u64(n),
+                Err(_) => Err(E::custom(format!(
+                    "invalid number `{text}`: too large (at most {})",
+                    u32::MAX
+                ))),
+            }
+        }
+    }
+
+    deserializer.deserialize_any(CountVisitor)
 }

@@ -65,6 +65,8 @@ fn retention_overrides_per_topic() {
     assert_eq!(metrics.durability, Durability::Os);
     assert_eq!(metrics.segment_bytes, 64 << 20);
 
+    assert_eq!(spool.retention_check_interval.duration().as_secs(), 30);
+
     let other = spool.for_topic("orders");
     assert_eq!(other.retention_age.map(|d| d.as_secs()), Some(3 * day));
     assert_eq!(other.flush_bytes, Some(64 << 20));

@@ -1,5 +1,9 @@
 //! The gateway's errors, and the one place where internal errors become
 //! Kafka error codes ([`kafka_code`]).
+//!
+//! As in the other crates, a message is complete on its own: an error that
+//! wraps another writes it into its message and does not also expose it as
+//! a `source`, so a chain printed in full names each cause once.
 
 use kafka_protocol::ResponseError;
 use strait_spool::SpoolError;
@@ -24,7 +28,7 @@ pub enum FrameError {
     Truncated,
     /// The socket failed.
     #[error("socket error: {0}")]
-    Io(#[source] std::io::Error),
+    Io(std::io::Error),
 }
 
 /// A request the gateway cannot decode.
@@ -98,13 +102,12 @@ pub enum TopicError {
     #[error(transparent)]
     Storage(#[from] SpoolError),
     /// Writing topic metadata failed.
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}: {error}")]
     Io {
         /// The file.
         path: std::path::PathBuf,
         /// The OS error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -168,7 +171,7 @@ mod tests {
     fn codes_keep_retriability() {
         let bad = SpoolError::InvalidBatch {
             position: 0,
-            source: BatchError::Magic(1),
+            error: BatchError::Magic(1),
         };
         let full = SpoolError::DiskFull { path: "/x".into() };
         let range = SpoolError::OffsetOutOfRange {

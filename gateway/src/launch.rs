@@ -19,35 +19,138 @@ use crate::server::{serve, ServerOptions};
 use crate::topics::Topics;
 
 /// Why Strait could not start.
+///
+/// Every message is one line that begins with the configuration key to
+/// change ([`StartError::key`]: `server.listen`, `data_dir`), quotes the OS
+/// error once and says what to do. Like the other errors of the workspace
+/// it exposes no [`source`](std::error::Error::source): the message already
+/// holds the cause, and a chain printed in full must not repeat it.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The configuration's listener or advertised address is unusable.
-    #[error("{0}")]
-    Config(String),
-    /// The data directory cannot be used.
-    #[error("data directory {path}: {source}")]
+    /// A configuration value is unusable (normally caught earlier by
+    /// [`Config::validate`]).
+    #[error("{key}: {message}")]
+    Config {
+        /// The dotted key path.
+        key: &'static str,
+        /// What is wrong, as the configuration crate says it.
+        message: String,
+    },
+    /// The data directory cannot be used: the message says why and what
+    /// to do.
+    #[error("data_dir: {message}")]
     DataDir {
         /// The directory.
         path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
+        /// What is wrong, naming the path and the OS error.
+        message: String,
     },
     /// Opening the local topics failed.
-    #[error("opening local topics: {0}")]
-    Topics(#[from] TopicError),
+    #[error("data_dir: cannot open the local topics in {}: {error}", path.display())]
+    Topics {
+        /// The data directory.
+        path: PathBuf,
+        /// Why.
+        error: TopicError,
+    },
     /// Opening the group coordinator failed.
-    #[error("opening consumer groups: {0}")]
-    Groups(#[from] GroupError),
+    #[error("data_dir: cannot open the consumer groups in {}: {error}", path.display())]
+    Groups {
+        /// The data directory.
+        path: PathBuf,
+        /// Why.
+        error: GroupError,
+    },
     /// The listen address is taken or not ours.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("server.listen: cannot listen on {addr}: {error}; {}", bind_advice(.error))]
     Bind {
         /// The address.
         addr: SocketAddr,
         /// The OS error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
+}
+
+impl StartError {
+    /// The configuration key whose value made the start fail.
+    pub fn key(&self) -> &'static str {
+        match self {
+            StartError::Config { key, .. } => key,
+            StartError::DataDir { .. } | StartError::Topics { .. } | StartError::Groups { .. } => "data_dir",
+            StartError::Bind { .. } => "server.listen",
+        }
+    }
+}
+
+/// What to do about a listener that cannot bind.
+fn bind_advice(error: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind;
+    match error.kind() {
+        ErrorKind::AddrInUse => {
+            "another process is listening on this port: stop it, or set server.listen to a free port"
+        }
+        ErrorKind::AddrNotAvailable => {
+            "no network interface of this host has this address: set server.listen to one of its \
+             addresses, or 0.0.0.0 to listen on all of them"
+        }
+        ErrorKind::PermissionDenied => {
+            "ports below 1024 need root or CAP_NET_BIND_SERVICE: set server.listen to a port from \
+             1024 up, such as 9092"
+        }
+        _ => "set server.listen to an address and port of this host",
+    }
+}
+
+/// Makes sure `dir` is a directory this process can write, creating it if
+/// needed; otherwise a [`StartError::DataDir`] saying what is wrong and what
+/// to do.
+fn prepare_data_dir(dir: &Path) -> Result<(), StartError> {
+    let shown = dir.display();
+    let fail = |message: String| StartError::DataDir {
+        path: dir.to_path_buf(),
+        message,
+    };
+    let elsewhere = "point data_dir at a directory, or move the file away";
+    // A parent that exists but is not a directory, if that is the trouble.
+    let blocked = || {
+        let (file, _) = dir
+            .ancestors()
+            .skip(1)
+            .find_map(|a| std::fs::metadata(a).ok().map(|m| (a, m)))
+            .filter(|(_, m)| !m.is_dir())?;
+        Some(fail(format!(
+            "cannot create {shown}: {} is a file, not a directory; {elsewhere}",
+            file.display()
+        )))
+    };
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Err(fail(format!("{shown} is a file, not a directory; {elsewhere}"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Err(error) = std::fs::create_dir_all(dir) {
+                return Err(blocked().unwrap_or_else(|| {
+                    fail(format!(
+                        "cannot create {shown}: {error}; create it for the user running Strait \
+                         (uid {}), or point data_dir at a directory it can write",
+                        rustix::process::geteuid().as_raw()
+                    ))
+                }));
+            }
+        }
+        Err(error) => return Err(blocked().unwrap_or_else(|| fail(format!("cannot use {shown}: {error}")))),
+    }
+    // Permissions alone do not say whether a write succeeds (a read-only
+    // mount, an ACL): write a file and remove it.
+    let probe = dir.join(".strait-write-check");
+    let written = std::fs::write(&probe, b"").and_then(|()| std::fs::remove_file(&probe));
+    if let Err(error) = written {
+        return Err(fail(format!(
+            "{shown} is not writable: {error}; give the user running Strait (uid {}) write \
+             access to it, or point data_dir at a directory it can write",
+            rustix::process::geteuid().as_raw()
+        )));
+    }
+    Ok(())
 }
 
 /// A Strait that has opened its data and bound its listener, ready to serve.
@@ -64,32 +167,52 @@ impl Strait {
     /// and binds the listener.
     pub async fn start(config: &Config) -> Result<Strait, StartError> {
         let data_dir = config.data_dir.clone();
-        std::fs::create_dir_all(&data_dir).map_err(|source| StartError::DataDir {
+        prepare_data_dir(&data_dir)?;
+        let cluster_id = cluster_id(&data_dir).map_err(|error| StartError::DataDir {
             path: data_dir.clone(),
-            source,
+            message: format!(
+                "cannot read or write the cluster id in {}: {error}",
+                data_dir.display()
+            ),
         })?;
-        let cluster_id = cluster_id(&data_dir).map_err(|source| StartError::DataDir {
-            path: data_dir.clone(),
-            source,
-        })?;
-        let addr = config.server.listen_addr().map_err(StartError::Config)?;
+        let addr = config
+            .server
+            .listen_addr()
+            .map_err(|message| StartError::Config {
+                key: "server.listen",
+                message,
+            })?;
         let listener = TcpListener::bind(addr)
             .await
-            .map_err(|source| StartError::Bind { addr, source })?;
+            .map_err(|error| StartError::Bind { addr, error })?;
         let bound = listener
             .local_addr()
-            .map_err(|source| StartError::Bind { addr, source })?;
-        let (host, mut port) = config.server.advertised_host_port().map_err(StartError::Config)?;
+            .map_err(|error| StartError::Bind { addr, error })?;
+        let (host, mut port) =
+            config
+                .server
+                .advertised_host_port()
+                .map_err(|message| StartError::Config {
+                    key: "server.advertised",
+                    message,
+                })?;
         if config.server.advertised.is_none() {
             // Listening on port 0 picks a free port: advertise that one.
             port = bound.port();
         }
-        let pool = Arc::new(IoPool::new(PoolOptions::default()));
+        let pool = Arc::new(IoPool::new(PoolOptions {
+            retention_interval: config.spool.retention_check_interval.duration(),
+            ..PoolOptions::default()
+        }));
         let topics = {
             let (dir, spool, pool) = (data_dir.clone(), config.spool.clone(), Arc::clone(&pool));
             tokio::task::spawn_blocking(move || Topics::open(&dir, spool, pool))
                 .await
-                .expect("opening topics does not panic")?
+                .expect("opening topics does not panic")
+                .map_err(|error| StartError::Topics {
+                    path: data_dir.clone(),
+                    error,
+                })?
         };
         let groups = {
             let group_config = GroupConfig {
@@ -103,7 +226,11 @@ impl Strait {
             // Replaying the offsets log is blocking work.
             tokio::task::spawn_blocking(move || GroupCoordinator::open(group_config, pool))
                 .await
-                .expect("opening the group coordinator does not panic")?
+                .expect("opening the group coordinator does not panic")
+                .map_err(|error| StartError::Groups {
+                    path: data_dir.clone(),
+                    error,
+                })?
         };
         let identity = Identity {
             host,
@@ -117,9 +244,12 @@ impl Strait {
             tokio::task::spawn_blocking(move || Broker::new(&config, identity, topics, groups, &dir))
                 .await
                 .expect("assembling the broker does not panic")
-                .map_err(|source| StartError::DataDir {
+                .map_err(|error| StartError::DataDir {
                     path: data_dir.clone(),
-                    source,
+                    message: format!(
+                        "cannot open the producer state in {}: {error}",
+                        data_dir.display()
+                    ),
                 })?
         };
         let options = ServerOptions {

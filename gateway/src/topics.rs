@@ -81,17 +81,17 @@ impl Topics {
         let root = data_dir.join("topics");
         fs::create_dir_all(&root).map_err(|source| TopicError::Io {
             path: root.clone(),
-            source,
+            error: source,
         })?;
         let mut topics = BTreeMap::new();
         let entries = fs::read_dir(&root).map_err(|source| TopicError::Io {
             path: root.clone(),
-            source,
+            error: source,
         })?;
         for entry in entries {
             let entry = entry.map_err(|source| TopicError::Io {
                 path: root.clone(),
-                source,
+                error: source,
             })?;
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -255,7 +255,10 @@ impl Topics {
         let owned = name.to_owned();
         tokio::task::spawn_blocking(move || -> Result<(), TopicError> {
             let meta = root.join(format!("{owned}.topic"));
-            fs::remove_file(&meta).map_err(|source| TopicError::Io { path: meta, source })?;
+            fs::remove_file(&meta).map_err(|source| TopicError::Io {
+                path: meta,
+                error: source,
+            })?;
             sync_dir(&root)?;
             for (i, p) in topic.partitions.iter().enumerate() {
                 let _ = p.log.close();
@@ -575,11 +578,11 @@ struct Meta {
 fn read_meta(path: &Path) -> Result<Meta, TopicError> {
     let corrupt = |why: &str| TopicError::Io {
         path: path.to_path_buf(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_owned()),
+        error: std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_owned()),
     };
     let text = fs::read_to_string(path).map_err(|source| TopicError::Io {
         path: path.to_path_buf(),
-        source,
+        error: source,
     })?;
     let (mut id, mut partitions, mut configs) = (None, None, BTreeMap::new());
     for line in text
@@ -625,7 +628,7 @@ fn write_meta(root: &Path, topic: &str, meta: &Meta) -> Result<(), TopicError> {
     };
     write().map_err(|source| TopicError::Io {
         path: path.clone(),
-        source,
+        error: source,
     })?;
     sync_dir(root)
 }
@@ -635,7 +638,7 @@ fn sync_dir(dir: &Path) -> Result<(), TopicError> {
         .and_then(|d| d.sync_all())
         .map_err(|source| TopicError::Io {
             path: dir.to_path_buf(),
-            source,
+            error: source,
         })
 }
 

@@ -319,13 +319,13 @@ pub struct Record<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
     /// The header does not parse.
-    #[error("{0}")]
+    #[error(transparent)]
     Header(#[from] BatchError),
     /// [`records`] takes uncompressed batches only (see [`records_section`]).
     #[error("compressed batch ({0})")]
     Compressed(Compression),
     /// The compressed records section does not decompress.
-    #[error("{0}")]
+    #[error(transparent)]
     Decompress(#[from] crate::compression::DecompressError),
     /// A record's framing does not fit the batch.
     #[error("record {index}: {what}")]

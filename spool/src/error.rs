@@ -19,17 +19,21 @@ pub enum Side {
 }
 
 /// An error from the spool.
+///
+/// Messages are complete on their own: a variant that wraps an OS or batch
+/// error writes it into its message and does not also expose it as a
+/// [`source`](std::error::Error::source), so an error chain printed in full
+/// (`{:#}` of `anyhow`) names each cause once.
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
     /// A batch in an append call is malformed; nothing of the call was
     /// appended.
-    #[error("invalid record batch at byte {position} of the append: {source}")]
+    #[error("invalid record batch at byte {position} of the append: {error}")]
     InvalidBatch {
         /// Byte position of the bad batch within the call's data.
         position: usize,
         /// What is wrong with it.
-        #[source]
-        source: BatchError,
+        error: BatchError,
     },
     /// A batch is larger than the partition accepts.
     #[error("record batch of {size} bytes exceeds max_batch_bytes {max}")]
@@ -74,15 +78,14 @@ pub enum SpoolError {
         path: PathBuf,
     },
     /// An I/O operation failed. The log is unchanged.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}: {error}")]
     Io {
         /// What was being done.
         op: &'static str,
         /// The file or directory.
         path: PathBuf,
         /// The OS error.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// The partition hit an error it cannot safely continue from (an fsync
     /// failed, or a failed write could not be undone). Appends are refused
@@ -133,12 +136,12 @@ impl SpoolError {
     }
 
     /// Wraps an I/O error, recognising a full disk.
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, error: io::Error) -> Self {
         let path = path.into();
-        if source.raw_os_error() == Some(libc::ENOSPC) {
+        if error.raw_os_error() == Some(libc::ENOSPC) {
             SpoolError::DiskFull { path }
         } else {
-            SpoolError::Io { op, path, source }
+            SpoolError::Io { op, path, error }
         }
     }
 }
@@ -158,7 +161,7 @@ mod tests {
         assert_eq!(full.side(), Side::Storage);
         let bad = SpoolError::InvalidBatch {
             position: 0,
-            source: BatchError::Magic(1),
+            error: BatchError::Magic(1),
         };
         assert_eq!(bad.side(), Side::Client);
         assert!(!bad.is_retriable());

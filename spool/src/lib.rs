@@ -33,4 +33,4 @@ pub use config::{Durability, LogConfig};
 pub use error::{Result, Side, SpoolError};
 pub use log::{AppendInfo, FileRange, Partition, ReadResult, RecoveryReport};
 pub use pool::IoPool;
-pub use segment::ScanStop;
+pub use segment::{ScanStop, FILES_PER_SEGMENT};

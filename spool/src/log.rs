@@ -347,8 +347,10 @@ impl Partition {
         }
         let mut headers = Vec::new();
         for item in batch::Batches::new(data) {
-            let (_, header) =
-                item.map_err(|(position, source)| SpoolError::InvalidBatch { position, source })?;
+            let (_, header) = item.map_err(|(position, source)| SpoolError::InvalidBatch {
+                position,
+                error: source,
+            })?;
             if header.size() as u64 > self.inner.config.max_batch_bytes {
                 return Err(SpoolError::BatchTooLarge {
                     size: header.size(),

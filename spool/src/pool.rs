@@ -35,7 +35,9 @@ pub struct PoolOptions {
     pub reader_threads: usize,
     /// How often recovery points are persisted.
     pub checkpoint_interval: Duration,
-    /// How often retention is applied.
+    /// How often retention is applied (`spool.retention_check_interval`,
+    /// one minute by default). The housekeeper wakes every 50ms, so shorter
+    /// intervals act as 50ms.
     pub retention_interval: Duration,
 }
 

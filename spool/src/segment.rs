@@ -14,6 +14,12 @@ use crate::error::{Result, SpoolError};
 use crate::index::{Index, OffsetEntry, TimeEntry};
 use crate::map::LogMap;
 
+/// Files one segment keeps open for as long as its partition is open: the
+/// log, the offset index and the time index. (Each is also memory-mapped;
+/// maps do not count against the open-files limit.) A partition has at
+/// least one segment, and holds this many descriptors for each.
+pub const FILES_PER_SEGMENT: u64 = 3;
+
 /// File name of a segment's log.
 pub(crate) fn log_name(base_offset: u64) -> String {
     format!("{base_offset:020}.log")

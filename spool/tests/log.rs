@@ -77,7 +77,7 @@ fn a_bad_batch_anywhere_rejects_the_whole_call() {
     match p.append(&call) {
         Err(SpoolError::InvalidBatch {
             position,
-            source: BatchError::Crc { .. },
+            error: BatchError::Crc { .. },
         }) => assert_eq!(position, good.len()),
         other => panic!("expected a CRC error, got {other:?}"),
     }

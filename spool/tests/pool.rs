@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{batch_of, read_all, small, stamped};
+use common::{batch_of, read_all, segment_files, small, stamped};
 use strait_spool::batch::{self, Batches};
 use strait_spool::pool::{block_on, PoolOptions};
 use strait_spool::{Durability, IoPool, Partition};
@@ -151,10 +151,69 @@ fn invalid_batches_are_refused_through_the_pool() {
     assert!(matches!(
         err,
         strait_spool::SpoolError::InvalidBatch {
-            source: batch::BatchError::Magic(1),
+            error: batch::BatchError::Magic(1),
             ..
         }
     ));
     drop(pool);
     assert_eq!(p.high_watermark(), 0);
+}
+
+/// Retention runs on the pool's `retention_interval`: with a short one the
+/// log start offset moves and old segment files go; with a long one nothing
+/// is deleted in the meantime.
+#[test]
+fn housekeeping_applies_retention_at_the_configured_interval() {
+    let fill = |dir: &std::path::Path, pool: &IoPool| {
+        let config = strait_spool::LogConfig {
+            retention_bytes: Some(8 << 10),
+            ..small(4 << 10, Durability::Os)
+        };
+        let p = Partition::open(dir, config).unwrap();
+        pool.register(&p);
+        let mut tag = 0;
+        while p.segment_count() < 6 {
+            block_on(pool.append(&p, Bytes::from(batch_of(tag, 20, 0)))).unwrap();
+            tag += 1;
+        }
+        assert_eq!(p.log_start_offset(), 0);
+        p
+    };
+
+    // Every 100ms: retention keeps about 8 KiB, deleting the oldest files.
+    let dir = tempfile::tempdir().unwrap();
+    let pool = IoPool::new(PoolOptions {
+        retention_interval: Duration::from_millis(100),
+        ..PoolOptions::default()
+    });
+    let p = fill(dir.path(), &pool);
+    let (segments, high_watermark) = (p.segment_count(), p.high_watermark());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.log_start_offset() == 0 {
+        assert!(Instant::now() < deadline, "retention never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(p.segment_count() < segments, "{} segments", p.segment_count());
+    assert!(p.size_bytes() < 16 << 10, "{} bytes kept", p.size_bytes());
+    assert_eq!(segment_files(dir.path()).len(), p.segment_count());
+    let first = segment_files(dir.path())[0].clone();
+    assert_eq!(
+        first.file_name().unwrap().to_str().unwrap(),
+        format!("{:020}.log", p.log_start_offset())
+    );
+    assert_eq!(read_all(&p)[0].0, p.log_start_offset());
+    assert_eq!(p.high_watermark(), high_watermark, "only old data goes");
+    pool.shutdown().unwrap();
+
+    // Every hour: a second later the same partition is still whole.
+    let dir = tempfile::tempdir().unwrap();
+    let pool = IoPool::new(PoolOptions {
+        retention_interval: Duration::from_secs(3600),
+        ..PoolOptions::default()
+    });
+    let p = fill(dir.path(), &pool);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(p.log_start_offset(), 0);
+    assert_eq!(segment_files(dir.path()).len(), p.segment_count());
+    pool.shutdown().unwrap();
 }

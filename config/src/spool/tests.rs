@@ -144,6 +144,11 @@ fn validation() {
     );
     check("retention_bytes: 0", Err(("spool.retention_bytes", "use null")));
     check("retention_age: 0s", Err(("spool.retention_age", "use null")));
+    check("retention_check_interval: 200ms", Ok(()));
+    check(
+        "retention_check_interval: 0s",
+        Err(("spool.retention_check_interval", "must be greater than zero")),
+    );
     check("flush_interval: 0s", Err(("spool.flush_interval", "every_batch")));
     check("flush_bytes: 0B", Err(("spool.flush_bytes", "use null")));
     check(

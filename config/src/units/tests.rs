@@ -52,7 +52,8 @@ fn sizes() {
 
     check_size("", Err("expected a whole number"));
     check_size("GiB", Err("expected a whole number"));
-    check_size("-1", Err("expected a whole number"));
+    check_size("-1", Err("invalid size `-1`: must not be negative"));
+    check_size("-5MiB", Err("invalid size `-5MiB`: must not be negative"));
     check_size("1.5GiB", Err("fractions are not supported"));
     check_size("1G", Err("`G` is ambiguous"));
     check_size("1k", Err("`K` is ambiguous"));
@@ -89,7 +90,7 @@ fn durations() {
     check_duration("s", Err("expected a number before `s`"));
     check_duration("30m1h", Err("largest first"));
     check_duration("1m1m", Err("largest first"));
-    check_duration("-1s", Err("expected a number before `-1s`"));
+    check_duration("-1s", Err("invalid duration `-1s`: must not be negative"));
     check_duration("99999999999999999999999d", Err("too large"));
     check_duration("213503982334601d", Ok(secs(213_503_982_334_601 * 86_400)));
     check_duration("213503982334602d", Err("too large"));
@@ -152,19 +153,73 @@ fn yaml_scalars() {
     assert_eq!(size("1048576"), Ok(ByteSize::mib(1)));
     assert_eq!(size("1MiB"), Ok(ByteSize::mib(1)));
     assert_eq!(size("'1 MiB'"), Ok(ByteSize::mib(1)));
-    assert!(size("-3").unwrap_err().contains("must not be negative"));
+    assert!(size("-3")
+        .unwrap_err()
+        .contains("invalid size `-3`: must not be negative"));
+    assert!(size("-3MiB")
+        .unwrap_err()
+        .contains("invalid size `-3MiB`: must not be negative"));
+    assert!(size("-1.5")
+        .unwrap_err()
+        .contains("invalid size `-1.5`: must not be negative"));
     assert!(size("1.5").unwrap_err().contains("whole number"));
+    assert!(size("99999999999999999999")
+        .unwrap_err()
+        .contains("invalid size `99999999999999999999`: too large"));
+    assert!(size("-99999999999999999999")
+        .unwrap_err()
+        .contains("invalid size `-99999999999999999999`: must not be negative"));
 
     let duration = |yaml: &str| serde_yaml::from_str::<HumanDuration>(yaml).map_err(|e| e.to_string());
     assert_eq!(duration("7d"), Ok(HumanDuration::days(7)));
     assert_eq!(duration("'500ms'"), Ok(HumanDuration::millis(500)));
     assert!(duration("5").unwrap_err().contains("add a unit, e.g. `5s`"));
     assert!(duration("'5'").unwrap_err().contains("add a unit, e.g. `5s`"));
-    assert!(duration("-5").unwrap_err().contains("must not be negative"));
+    assert!(duration("-5")
+        .unwrap_err()
+        .contains("invalid duration `-5`: must not be negative"));
+    assert!(duration("-5s")
+        .unwrap_err()
+        .contains("invalid duration `-5s`: must not be negative"));
     assert!(duration("0.5")
         .unwrap_err()
         .contains("fractions are not supported"));
 
     assert_eq!(serde_yaml::to_string(&ByteSize::gib(1)).unwrap(), "1GiB\n");
     assert_eq!(serde_yaml::to_string(&HumanDuration::days(7)).unwrap(), "7d\n");
+}
+
+/// Counts (`max_connections`) are worded as sizes and durations are.
+#[test]
+fn counts() {
+    #[derive(Debug, serde::Deserialize)]
+    struct Holder {
+        #[serde(deserialize_with = "deserialize_count")]
+        n: u32,
+    }
+    let count = |yaml: &str| {
+        serde_yaml::from_str::<Holder>(&format!("n: {yaml}"))
+            .map(|h| h.n)
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(count("0"), Ok(0));
+    assert_eq!(count("100"), Ok(100));
+    assert_eq!(count("'100'"), Ok(100));
+    assert_eq!(count("4294967295"), Ok(u32::MAX));
+    let err = |yaml: &str| count(yaml).unwrap_err();
+    assert!(
+        err("-1").starts_with("n: invalid number `-1`: must not be negative"),
+        "{}",
+        err("-1")
+    );
+    assert!(err("'-1'").starts_with("n: invalid number `-1`: must not be negative"));
+    assert!(err("-1.5").starts_with("n: invalid number `-1.5`: must not be negative"));
+    assert!(err("4294967296").starts_with("n: invalid number `4294967296`: too large (at most 4294967295)"));
+    assert!(
+        err("99999999999999999999").contains("too large (at most 4294967295)"),
+        "{}",
+        err("99999999999999999999")
+    );
+    assert!(err("1.5").contains("invalid number `1.5`: expected a whole number, e.g. `100`"));
+    assert!(err("lots").contains("invalid number `lots`: expected a whole number"));
 }

@@ -172,7 +172,7 @@ pub struct OffsetLogStats {
 pub enum GroupError {
     /// The offsets log could not be opened or written.
     #[error("offsets log: {0}")]
-    Spool(#[from] SpoolError),
+    Spool(SpoolError),
     /// The offsets log holds an entry this version cannot read.
     #[error("offsets log {} at offset {offset}: {reason}", dir.display())]
     Corrupt {
@@ -184,19 +184,26 @@ pub enum GroupError {
         reason: String,
     },
     /// A file operation of compaction failed.
-    #[error("{op} {}: {source}", path.display())]
+    #[error("{op} {}: {error}", path.display())]
     Io {
         /// What was being done.
         op: &'static str,
         /// The file or directory.
         path: PathBuf,
         /// The OS error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// [`GroupCoordinator::open`] was called outside a tokio runtime.
     #[error("the group coordinator must be opened inside a tokio runtime")]
     NoRuntime,
+}
+
+impl From<SpoolError> for GroupError {
+    fn from(error: SpoolError) -> Self {
+        // Not `#[from]`, which would also make it the `source` that the
+        // message already quotes.
+        GroupError::Spool(error)
+    }
 }
 
 /// The group coordinator. Cheap to clone; clones share the state. Dropping

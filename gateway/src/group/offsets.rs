@@ -421,7 +421,7 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     move |source| GroupError::Io {
         op,
         path: path.to_path_buf(),
-        source,
+        error: source,
     }
 }
 
