@@ -352,9 +352,7 @@ fn open_new_partitions(
         let dir = partition_dir(root, topic, p);
         // Leftovers of an interrupted create are not this topic's.
         let opened = match fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(TopicError::Io { path: dir, source: e })
-            }
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(TopicError::Io { path: dir, error: e }),
             _ => Partition::open(&dir, log_config(settings)).map_err(TopicError::from),
         };
         match opened {
@@ -395,9 +393,9 @@ fn remove_partition_dirs(root: &Path, topic: &str, range: std::ops::Range<i32>) 
 /// `topics` maps each committed topic to its partition count. Anything
 /// else unexpected is logged and left alone.
 fn remove_strays(root: &Path, topics: &BTreeMap<String, usize>) -> Result<(), TopicError> {
-    let io = |source| TopicError::Io {
+    let io = |error| TopicError::Io {
         path: root.to_path_buf(),
-        source,
+        error,
     };
     let mut removed: BTreeMap<String, usize> = BTreeMap::new();
     for entry in fs::read_dir(root).map_err(io)? {
