@@ -222,10 +222,14 @@ impl Partition {
         }
         let active = segments.last().expect("at least one segment");
         // What recovery read is what the disk holds now; make sure it stays
-        // so before trusting it as the recovery point.
-        active
-            .sync()
-            .map_err(|e| SpoolError::io("sync segment", &active.log_path, e))?;
+        // so before trusting it as the recovery point. Nothing to do when
+        // it all lies below the persisted recovery point (a cleanly closed
+        // or a new partition): that was synced before it was persisted.
+        if active.next_offset() > persisted.unwrap_or(0) {
+            active
+                .sync_log()
+                .map_err(|e| SpoolError::io("sync segment", &active.log_path, e))?;
+        }
         let position = active.size();
         let next_offset = active.next_offset();
         let cursor = cursor_after(active);
@@ -533,10 +537,8 @@ impl Partition {
             segments.push(Arc::clone(w.active()));
             (segments, w.next_offset, w.unsynced_bytes)
         };
-        for segment in &segments {
-            if let Err(e) = segment.sync() {
-                return Err(self.fail(format!("fsync of {} failed: {e}", segment.log_path.display())));
-            }
+        if let Err((segment, e)) = sync_segments(&segments) {
+            return Err(self.fail(format!("fsync of {} failed: {e}", segment.log_path.display())));
         }
         let mut w = self.lock_writer();
         if w.recovery_point < upto {
@@ -609,15 +611,16 @@ impl Partition {
             if w.closed {
                 return Ok(());
             }
-            if self.inner.failed.get().is_none() {
+            // Nothing to sync when everything is below the recovery point
+            // (sealed segments are synced whole before they count as such).
+            let unsynced = w.recovery_point < w.next_offset || !w.unsynced_sealed.is_empty();
+            if self.inner.failed.get().is_none() && unsynced {
                 let active = Arc::clone(w.active());
                 active.push_time_entry(w.last_relative);
                 let mut segments = std::mem::take(&mut w.unsynced_sealed);
                 segments.push(active);
-                for segment in &segments {
-                    if let Err(e) = segment.sync() {
-                        return Err(self.fail(format!("fsync of {} failed: {e}", segment.log_path.display())));
-                    }
+                if let Err((segment, e)) = sync_segments(&segments) {
+                    return Err(self.fail(format!("fsync of {} failed: {e}", segment.log_path.display())));
                 }
                 w.recovery_point = w.next_offset;
                 self.publish(&w);
@@ -924,8 +927,24 @@ pub fn read_recovery_point(dir: &Path) -> Result<Option<u64>> {
     Ok(Some(u64::from_be_bytes(value)))
 }
 
-/// Atomically replaces the recovery-point file (write, sync, rename, sync
-/// the directory).
+/// Syncs sealed segments whole and the last (active) one's log; on failure,
+/// the segment that failed and why.
+fn sync_segments(segments: &[Arc<Segment>]) -> std::result::Result<(), (&Arc<Segment>, std::io::Error)> {
+    let Some((active, sealed)) = segments.split_last() else {
+        return Ok(());
+    };
+    for segment in sealed {
+        segment.sync().map_err(|e| (segment, e))?;
+    }
+    active.sync_log().map_err(|e| (active, e))
+}
+
+/// Replaces the recovery-point file (writes a temporary file and renames it
+/// over the old one) without syncing either: the value is a lower bound
+/// that only ever names synced data, so after a crash the old value, the
+/// new one, or no valid file at all (recovery then scans every segment) are
+/// all correct. Skipping the syncs saves three per checkpoint, which with
+/// thousands of partitions was most of the broker's disk time.
 fn write_recovery_point(dir: &Path, point: u64) -> Result<()> {
     let tmp = dir.join(format!("{RECOVERY_POINT_FILE}.tmp"));
     let path = dir.join(RECOVERY_POINT_FILE);
@@ -937,14 +956,12 @@ fn write_recovery_point(dir: &Path, point: u64) -> Result<()> {
     let write = || -> std::io::Result<()> {
         let mut file = File::create(&tmp)?;
         file.write_all(&raw)?;
-        file.sync_all()?;
         fs::rename(&tmp, &path)
     };
     write().map_err(|e| {
         let _ = fs::remove_file(&tmp);
         SpoolError::io("write recovery point", &path, e)
-    })?;
-    sync_dir(dir)
+    })
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {

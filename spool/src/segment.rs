@@ -451,11 +451,19 @@ impl Segment {
         BatchHeader::parse(self.map.slice(pos, end)).ok()
     }
 
-    /// Writes everything of this segment to disk.
+    /// Writes everything of this segment to disk: the log and its indexes.
+    /// For a segment being sealed: a sealed segment's indexes are trusted on
+    /// open (and checked against the log).
     pub(crate) fn sync(&self) -> std::io::Result<()> {
         self.file.sync_data()?;
         self.offsets.flush()?;
         self.times.flush()
+    }
+
+    /// Writes the log's data to disk, not the indexes: enough for the
+    /// active segment, whose indexes are rebuilt from the log on open.
+    pub(crate) fn sync_log(&self) -> std::io::Result<()> {
+        self.file.sync_data()
     }
 
     /// Paths of all files of the segment.
