@@ -83,7 +83,7 @@ impl Topics {
             path: root.clone(),
             error: source,
         })?;
-        let mut topics = BTreeMap::new();
+        let mut metas = Vec::new();
         let entries = fs::read_dir(&root).map_err(|source| TopicError::Io {
             path: root.clone(),
             error: source,
@@ -105,9 +105,22 @@ impl Topics {
             };
             let meta = read_meta(&path)?;
             let settings = resolve(&spool, topic, &meta.configs)?;
+            metas.push((topic.to_owned(), meta, settings));
+        }
+        // Opening a partition is mostly waiting for the disk (recovery reads,
+        // file creation): open them all on several threads at once.
+        let jobs: Vec<(PathBuf, LogConfig)> = metas
+            .iter()
+            .flat_map(|(topic, meta, settings)| {
+                (0..meta.partitions).map(|p| (partition_dir(&root, topic, p as i32), log_config(settings)))
+            })
+            .collect();
+        let mut opened = in_parallel(jobs, |(dir, config)| Partition::open(&dir, config)).into_iter();
+        let mut topics = BTreeMap::new();
+        for (topic, meta, settings) in metas {
             let mut partitions = Vec::with_capacity(meta.partitions);
-            for p in 0..meta.partitions {
-                let log = Partition::open(&partition_dir(&root, topic, p as i32), log_config(&settings))?;
+            for _ in 0..meta.partitions {
+                let log = opened.next().expect("one result per partition")?;
                 pool.register(&log);
                 partitions.push(Arc::new(PartitionHandle {
                     log,
@@ -115,9 +128,9 @@ impl Topics {
                 }));
             }
             topics.insert(
-                topic.to_owned(),
+                topic.clone(),
                 Arc::new(Topic {
-                    name: topic.to_owned(),
+                    name: topic,
                     id: meta.id,
                     partitions,
                     configs: meta.configs,
@@ -337,6 +350,40 @@ impl Topics {
     }
 }
 
+/// Threads that open partitions at once (the work is mostly waiting for the
+/// disk, so more threads than cores pay off).
+const OPEN_THREADS: usize = 16;
+
+/// `f` applied to every item on up to [`OPEN_THREADS`] threads; the results
+/// in the order of the items.
+fn in_parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let threads = OPEN_THREADS.min(items.len());
+    if threads <= 1 {
+        return items.into_iter().map(f).collect();
+    }
+    let count = items.len();
+    let queue = std::sync::Mutex::new(items.into_iter().enumerate());
+    let mut results: Vec<Option<R>> = (0..count).map(|_| None).collect();
+    let done = std::sync::Mutex::new(Vec::with_capacity(count));
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+                let Some((i, item)) = next else { break };
+                let result = f(item);
+                done.lock().unwrap_or_else(|e| e.into_inner()).push((i, result));
+            });
+        }
+    });
+    for (i, result) in done.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        results[i] = Some(result);
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every item has a result"))
+        .collect()
+}
+
 /// Creates the partitions `range` of a topic not yet committed (its metadata
 /// file does not name them). If one fails (no space, no file descriptors),
 /// the ones made so far are closed and every directory of the range is
@@ -347,27 +394,35 @@ fn open_new_partitions(
     range: std::ops::Range<i32>,
     settings: &TopicSpoolConfig,
 ) -> Result<Vec<Arc<PartitionHandle>>, TopicError> {
-    let mut handles = Vec::with_capacity(range.len());
-    for p in range.clone() {
+    let opened = in_parallel(range.clone().collect(), |p| {
         let dir = partition_dir(root, topic, p);
         // Leftovers of an interrupted create are not this topic's.
-        let opened = match fs::remove_dir_all(&dir) {
+        match fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(TopicError::Io { path: dir, error: e }),
             _ => Partition::open(&dir, log_config(settings)).map_err(TopicError::from),
-        };
+        }
+    });
+    let mut handles = Vec::with_capacity(range.len());
+    let mut failed = None;
+    let mut failures = 0;
+    for (p, opened) in range.clone().zip(opened) {
         match opened {
             Ok(log) => handles.push(Arc::new(PartitionHandle {
                 log,
                 appended: Notify::new(),
             })),
             Err(e) => {
-                tracing::warn!(topic, partition = p, error = %e,
-                    "creating a partition failed; removing the partitions made so far");
-                drop(handles);
-                remove_partition_dirs(root, topic, range);
-                return Err(e);
+                failures += 1;
+                failed.get_or_insert((p, e));
             }
         }
+    }
+    if let Some((p, e)) = failed {
+        tracing::warn!(topic, partition = p, failures, error = %e,
+            "creating partitions failed; removing the partitions made");
+        drop(handles);
+        remove_partition_dirs(root, topic, range);
+        return Err(e);
     }
     Ok(handles)
 }

@@ -113,6 +113,14 @@ struct Inner {
     checkpoint: Mutex<u64>,
 }
 
+/// What a flush syncs: segments, and the offset and bytes they cover.
+#[derive(Debug)]
+struct PendingFlush {
+    segments: Vec<Arc<Segment>>,
+    upto: u64,
+    bytes: u64,
+}
+
 /// One partition's log. Cheap to clone; all clones share the log.
 #[derive(Debug, Clone)]
 pub struct Partition {
@@ -191,7 +199,7 @@ impl Partition {
                 }
                 ScanStop::Clean => false,
             };
-            if loaded.is_none() {
+            if loaded.is_none() && (invalid || has_stale_tail(&seg, scan.end)) {
                 // Zero everything past the valid data, whether the scan hit
                 // garbage or zeros: a torn write can leave stale bytes after
                 // a zeroed header, which a later, shorter append would
@@ -527,44 +535,111 @@ impl Partition {
     /// Makes everything appended so far durable. Appends continue while the
     /// sync runs; it does not hold the writer lock across `fdatasync`.
     pub fn flush(&self) -> Result<()> {
-        let (segments, upto, bytes) = {
-            let mut w = self.lock_writer();
-            self.check_usable(&w)?;
-            if w.recovery_point >= w.next_offset {
-                return Ok(());
-            }
-            let mut segments = std::mem::take(&mut w.unsynced_sealed);
-            segments.push(Arc::clone(w.active()));
-            (segments, w.next_offset, w.unsynced_bytes)
+        let Some(pending) = self.begin_flush()? else {
+            return Ok(());
         };
-        if let Err((segment, e)) = sync_segments(&segments) {
+        if let Err((segment, e)) = sync_segments(&pending.segments) {
             return Err(self.fail(format!("fsync of {} failed: {e}", segment.log_path.display())));
         }
+        self.finish_flush(&pending);
+        Ok(())
+    }
+
+    /// What a flush has to sync, or `None` when everything is synced.
+    fn begin_flush(&self) -> Result<Option<PendingFlush>> {
         let mut w = self.lock_writer();
-        if w.recovery_point < upto {
-            w.recovery_point = upto;
-            w.unsynced_bytes = w.unsynced_bytes.saturating_sub(bytes);
+        self.check_usable(&w)?;
+        if w.recovery_point >= w.next_offset {
+            return Ok(None);
+        }
+        let mut segments = std::mem::take(&mut w.unsynced_sealed);
+        segments.push(Arc::clone(w.active()));
+        Ok(Some(PendingFlush {
+            segments,
+            upto: w.next_offset,
+            bytes: w.unsynced_bytes,
+        }))
+    }
+
+    /// Moves the recovery point once `pending` is on disk.
+    fn finish_flush(&self, pending: &PendingFlush) {
+        let mut w = self.lock_writer();
+        if w.recovery_point < pending.upto {
+            w.recovery_point = pending.upto;
+            w.unsynced_bytes = w.unsynced_bytes.saturating_sub(pending.bytes);
             w.last_sync = Instant::now();
             if self.inner.config.durability == Durability::EveryBatch {
                 self.publish(&w);
             }
         }
-        Ok(())
+    }
+
+    /// Whether the `interval` policy wants a sync now.
+    pub fn flush_due(&self) -> bool {
+        let Durability::Interval { every, .. } = self.inner.config.durability else {
+            return false;
+        };
+        let w = self.lock_writer();
+        w.recovery_point < w.next_offset && w.last_sync.elapsed() >= every
     }
 
     /// Runs [`Partition::flush`] if the `interval` policy says it is due.
     pub fn flush_if_due(&self) -> Result<bool> {
-        let Durability::Interval { every, .. } = self.inner.config.durability else {
-            return Ok(false);
-        };
-        let due = {
-            let w = self.lock_writer();
-            w.recovery_point < w.next_offset && w.last_sync.elapsed() >= every
-        };
+        let due = self.flush_due();
         if due {
             self.flush()?;
         }
         Ok(due)
+    }
+
+    /// [`Partition::flush`] for many partitions at once, with one `syncfs`
+    /// per file system instead of an `fdatasync` per file: with thousands of
+    /// partitions, that is one journal commit rather than thousands, each of
+    /// which holds up every append behind it. Where `syncfs` fails, each
+    /// partition is synced on its own, so that an error lands on the
+    /// partition it belongs to. One result per partition, in order.
+    pub fn flush_together(partitions: &[Partition]) -> Vec<Result<()>> {
+        use std::os::unix::fs::MetadataExt as _;
+        let mut results: Vec<Result<()>> = Vec::with_capacity(partitions.len());
+        let mut pending = Vec::new();
+        for (i, p) in partitions.iter().enumerate() {
+            match p.begin_flush() {
+                Ok(Some(flush)) => {
+                    pending.push((i, flush));
+                    results.push(Ok(()));
+                }
+                Ok(None) => results.push(Ok(())),
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        let mut devices: Vec<(u64, Arc<File>)> = Vec::new();
+        for (_, flush) in &pending {
+            let file = &flush
+                .segments
+                .last()
+                .expect("a flush has its active segment")
+                .file;
+            if let Ok(meta) = file.metadata() {
+                if !devices.iter().any(|(dev, _)| *dev == meta.dev()) {
+                    devices.push((meta.dev(), Arc::clone(file)));
+                }
+            }
+        }
+        let synced = !devices.is_empty()
+            && devices
+                .iter()
+                .all(|(_, file)| rustix::fs::syncfs(file.as_ref()).is_ok());
+        for (i, flush) in pending {
+            let p = &partitions[i];
+            if !synced {
+                if let Err((segment, e)) = sync_segments(&flush.segments) {
+                    results[i] = Err(p.fail(format!("fsync of {} failed: {e}", segment.log_path.display())));
+                    continue;
+                }
+            }
+            p.finish_flush(&flush);
+        }
+        results
     }
 
     /// Writes the in-memory recovery point to disk, if it moved. Only ever
@@ -925,6 +1000,15 @@ pub fn read_recovery_point(dir: &Path) -> Result<Option<u64>> {
         return Ok(None);
     }
     Ok(Some(u64::from_be_bytes(value)))
+}
+
+/// Whether anything but zeros follows `end` in `seg`'s log file (its holes
+/// are not read). Usually nothing does: after a clean shutdown, or a crash
+/// between appends, there is nothing to cut, sync and map again, which
+/// with thousands of partitions was most of the time to start.
+fn has_stale_tail(seg: &Segment, end: u64) -> bool {
+    crate::map::first_nonzero(&seg.file, end as usize, seg.capacity() as usize)
+        .map_or(true, |at| at.is_some())
 }
 
 /// Syncs sealed segments whole and the last (active) one's log; on failure,

@@ -279,6 +279,10 @@ fn reader_loop(rx: &Mutex<Receiver<ReadJob>>) {
     }
 }
 
+/// Partitions due for an interval sync at once from which one `syncfs`
+/// replaces their `fdatasync`s.
+const GROUP_SYNC_MIN: usize = 16;
+
 fn housekeeper_loop(registered: &Mutex<Vec<Partition>>, stop: &Receiver<()>, options: &PoolOptions) {
     let mut last_checkpoint = Instant::now();
     let mut last_retention = Instant::now();
@@ -290,12 +294,22 @@ fn housekeeper_loop(registered: &Mutex<Vec<Partition>>, stop: &Receiver<()>, opt
         let partitions = registered.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let checkpoint = last_checkpoint.elapsed() >= options.checkpoint_interval;
         let retention = last_retention.elapsed() >= options.retention_interval;
-        for p in &partitions {
-            // An fsync error also marks the partition failed, so its appends
-            // report it; the others are retried on the next round.
-            if let Err(e) = p.flush_if_due() {
+        // Interval syncs: one `syncfs` when many partitions are due (one
+        // journal commit, not one per partition), else one sync each. An
+        // fsync error also marks the partition failed, so its appends report
+        // it; the others are retried on the next round.
+        let due: Vec<Partition> = partitions.iter().filter(|p| p.flush_due()).cloned().collect();
+        let synced = if due.len() >= GROUP_SYNC_MIN {
+            Partition::flush_together(&due)
+        } else {
+            due.iter().map(Partition::flush).collect()
+        };
+        for (p, result) in due.iter().zip(synced) {
+            if let Err(e) = result {
                 tracing::error!(partition = %p.dir().display(), error = %e, "background sync failed");
             }
+        }
+        for p in &partitions {
             if checkpoint {
                 if let Err(e) = p.checkpoint() {
                     tracing::warn!(partition = %p.dir().display(), error = %e, "persisting the recovery point failed");

@@ -12,7 +12,7 @@ use crate::batch::BatchHeader;
 use crate::error::{Result, SpoolError};
 use crate::index::{Entry, OffsetEntry, TimeEntry};
 use crate::log::read_recovery_point;
-use crate::map::LogMap;
+use crate::map::{first_nonzero, LogMap};
 use crate::segment::{index_path, parse_log_name, LogBytes};
 
 /// Something wrong on disk.
@@ -338,41 +338,6 @@ pub fn dump_partition(dir: &Path, from: u64, mut visit: impl FnMut(&BatchInfo<'_
         }
     }
     Ok(())
-}
-
-/// The position of the first non-zero byte of `file` in `from..end`. Reads
-/// with `pread`, and only the file's data regions: the holes of a sparse,
-/// preallocated file read as zeros without being looked at.
-fn first_nonzero(file: &File, from: usize, end: usize) -> std::io::Result<Option<usize>> {
-    use rustix::fs::{seek, SeekFrom};
-    const CHUNK: usize = 1 << 20;
-    let mut buf = Vec::new();
-    let mut at = from;
-    while at < end {
-        let (start, stop) = match seek(file, SeekFrom::Data(at as u64)) {
-            Ok(start) => {
-                let start = start as usize;
-                let stop = seek(file, SeekFrom::Hole(start as u64)).map_or(end, |e| e as usize);
-                (start, stop.min(end))
-            }
-            // No data after `at`: the rest is a hole.
-            Err(rustix::io::Errno::NXIO) => return Ok(None),
-            // No SEEK_DATA here: read everything.
-            Err(_) => (at, end),
-        };
-        let mut chunk_at = start;
-        while chunk_at < stop {
-            let len = CHUNK.min(stop - chunk_at);
-            buf.resize(len, 0);
-            file.read_exact_at(&mut buf, chunk_at as u64)?;
-            if let Some(off) = buf.iter().position(|&b| b != 0) {
-                return Ok(Some(chunk_at + off));
-            }
-            chunk_at += len;
-        }
-        at = stop.max(start + 1);
-    }
-    Ok(None)
 }
 
 fn segment_bases(dir: &Path) -> Result<Vec<u64>> {

@@ -9,15 +9,25 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 
 use common::{batch_of, read_all, small, stamped};
 use strait_spool::{Durability, LogConfig, Partition, SpoolError};
 
 /// A mounted tmpfs, unmounted (then its mount point removed) on drop.
-struct Tmpfs(tempfile::TempDir);
+///
+/// One at a time: run side by side, the space a test frees (by removing
+/// its filler) was now and then not yet free for its next write (about one
+/// run in ten), apparently while another test's `mount` child process
+/// briefly held the filler open; holding the lock keeps each test's disk
+/// to itself.
+struct Tmpfs(tempfile::TempDir, #[allow(dead_code)] MutexGuard<'static, ()>);
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 impl Tmpfs {
     fn mount(size: &str) -> Tmpfs {
+        let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let status = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
@@ -28,7 +38,7 @@ impl Tmpfs {
             status.success(),
             "mounting a {size} tmpfs failed: this test needs root to create a small real file system"
         );
-        Tmpfs(dir)
+        Tmpfs(dir, guard)
     }
 
     fn path(&self) -> &Path {

@@ -303,6 +303,56 @@ fn interval_policy_syncs_by_bytes_inline_and_by_time_in_flush() {
     assert_eq!(p.recovery_point(), p.high_watermark());
 }
 
+/// Many partitions synced together (one `syncfs`): each one's recovery
+/// point moves to its own end, sealed segments (rolled under `os`) included,
+/// and partitions with nothing to sync or already closed are answered for.
+#[test]
+fn partitions_flushed_together_each_reach_their_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let interval = small(
+        4096,
+        Durability::Interval {
+            every: Duration::from_millis(1),
+            bytes: None,
+        },
+    );
+    let mut partitions = Vec::new();
+    for i in 0..20u64 {
+        let config = if i % 2 == 0 {
+            interval.clone()
+        } else {
+            small(4096, Durability::Os)
+        };
+        let p = Partition::open(&dir.path().join(format!("p-{i}")), config).unwrap();
+        // Enough batches to roll a 4 KiB segment now and then.
+        for j in 0..(i * 3) {
+            p.append(&batch_of(i * 1000 + j, 4, 0)).unwrap();
+        }
+        partitions.push(p);
+    }
+    partitions[19].close().unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let results = Partition::flush_together(&partitions);
+    assert_eq!(results.len(), 20);
+    for (i, (p, result)) in partitions.iter().zip(results).enumerate() {
+        if i == 19 {
+            assert!(matches!(result, Err(SpoolError::Closed)), "{result:?}");
+            continue;
+        }
+        result.unwrap();
+        assert_eq!(p.recovery_point(), i as u64 * 12, "partition {i}");
+        assert_eq!(p.recovery_point(), p.high_watermark(), "partition {i}");
+        p.checkpoint().unwrap();
+        // (An empty partition has never needed to write one.)
+        assert_eq!(
+            strait_spool::log::read_recovery_point(p.dir())
+                .unwrap()
+                .unwrap_or(0),
+            i as u64 * 12
+        );
+    }
+}
+
 #[test]
 fn os_policy_syncs_only_on_close_and_the_recovery_point_follows() {
     let dir = tempfile::tempdir().unwrap();
