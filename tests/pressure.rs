@@ -240,3 +240,62 @@ fn stalled_fetches_hold_no_memory_and_others_keep_working() {
     assert!(line.contains("stalled-"), "the log line names the client: {line}");
     drop(stalled);
 }
+
+/// Kills a child process on drop.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A broker still opening its partitions refuses connections rather than
+/// accepting ones it cannot answer yet: during a start with 2,000
+/// partitions, the first connection the kernel accepts finds the broker's
+/// "ready" line already logged, and is answered.
+#[test]
+fn connections_are_accepted_only_once_the_broker_can_answer() {
+    let mut strait = Strait::start(&[]);
+    create_topic("ck_admin.py", &strait.bootstrap(), &unique("many"), 2000);
+    let (data, port) = (strait.data_dir(), strait.port());
+    assert!(strait.stop().success());
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let child = std::process::Command::new(support::strait_bin())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(&data)
+        .stdout(log.reopen().unwrap())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .expect("starting strait");
+    let _child = Killed(child);
+    let logged = || std::fs::read_to_string(log.path()).unwrap_or_default();
+    let started = Instant::now();
+    let mut refused = 0;
+    let stream = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(stream) => break stream,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => refused += 1,
+            Err(e) => panic!("connecting: {e}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not ready within 60 s\n{}",
+            logged()
+        );
+        thread::sleep(Duration::from_millis(1));
+    };
+    assert!(
+        logged().contains("Strait is ready"),
+        "a connection was accepted {:?} into the start, before the broker was ready:\n{}",
+        started.elapsed(),
+        logged()
+    );
+    let mut c = raw::Conn::from_stream(stream, "first-in");
+    assert_eq!(c.api_versions(3).error_code, 0);
+    eprintln!(
+        "accepted {:?} after the start, {refused} connections refused before",
+        started.elapsed()
+    );
+}

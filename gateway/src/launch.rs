@@ -10,13 +10,16 @@ use std::sync::Arc;
 use strait_config::Config;
 use strait_spool::pool::PoolOptions;
 use strait_spool::IoPool;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
+
+/// Connections the kernel queues before Strait accepts them.
+const LISTEN_BACKLOG: u32 = 1024;
 
 use crate::broker::{Broker, Identity};
 use crate::error::TopicError;
 use crate::group::{GroupConfig, GroupCoordinator, GroupError};
 use crate::server::{serve, ServerOptions};
-use crate::topics::Topics;
+use crate::topics::{in_parallel, Topics};
 
 /// Why Strait could not start.
 ///
@@ -182,12 +185,20 @@ impl Strait {
                 key: "server.listen",
                 message,
             })?;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|error| StartError::Bind { addr, error })?;
-        let bound = listener
-            .local_addr()
-            .map_err(|error| StartError::Bind { addr, error })?;
+        // Bound now, so that a taken port is reported before the data is
+        // opened; listening only once the broker can answer, so that no
+        // client connects to a port that does not answer yet (before that,
+        // connections are refused and clients retry).
+        let bind_error = |error| StartError::Bind { addr, error };
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()
+        } else {
+            TcpSocket::new_v6()
+        }
+        .map_err(bind_error)?;
+        socket.set_reuseaddr(true).map_err(bind_error)?;
+        socket.bind(addr).map_err(bind_error)?;
+        let bound = socket.local_addr().map_err(bind_error)?;
         let (host, mut port) =
             config
                 .server
@@ -259,7 +270,10 @@ impl Strait {
             request_timeout: config.server.request_timeout.duration(),
             shutdown_grace: config.server.shutdown_grace.duration(),
         };
+        // Logged before listening: a client that got in has the line in the
+        // log before it (a test relies on that).
         tracing::info!(listen = %bound, data_dir = %data_dir.display(), topics = broker.topics().all().len(), "Strait is ready");
+        let listener = socket.listen(LISTEN_BACKLOG).map_err(bind_error)?;
         Ok(Strait {
             broker: Arc::new(broker),
             pool,
@@ -289,13 +303,18 @@ impl Strait {
         let broker =
             Arc::try_unwrap(broker).map_err(|_| std::io::Error::other("the broker is still in use"))?;
         let closed = tokio::task::spawn_blocking(move || -> Result<(), String> {
+            // On several threads: a close may sync, which is waiting.
+            let logs: Vec<_> = broker
+                .topics()
+                .all()
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| p.log.clone()))
+                .collect();
             let mut first = Ok(());
-            for topic in broker.topics().all() {
-                for p in &topic.partitions {
-                    if let Err(e) = p.log.close() {
-                        tracing::error!(partition = %p.log.dir().display(), error = %e, "closing failed");
-                        first = first.and(Err(e.to_string()));
-                    }
+            for (log, closed) in logs.iter().zip(in_parallel(logs.clone(), |log| log.close())) {
+                if let Err(e) = closed {
+                    tracing::error!(partition = %log.dir().display(), error = %e, "closing failed");
+                    first = first.and(Err(e.to_string()));
                 }
             }
             drop(broker);

@@ -350,13 +350,13 @@ impl Topics {
     }
 }
 
-/// Threads that open partitions at once (the work is mostly waiting for the
-/// disk, so more threads than cores pay off).
+/// Threads that open (or close) partitions at once (the work is mostly
+/// waiting for the disk, so more threads than cores pay off).
 const OPEN_THREADS: usize = 16;
 
 /// `f` applied to every item on up to [`OPEN_THREADS`] threads; the results
 /// in the order of the items.
-fn in_parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+pub(crate) fn in_parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
     let threads = OPEN_THREADS.min(items.len());
     if threads <= 1 {
         return items.into_iter().map(f).collect();
