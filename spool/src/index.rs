@@ -211,13 +211,19 @@ impl<E: Entry> Index<E> {
     }
 
     /// Makes sure the first `upto` bytes of the file have disk blocks.
+    ///
+    /// Blocks are allocated ahead in chunks that double with what is
+    /// allocated already, from one page to 64 KiB: thousands of nearly
+    /// empty partitions then take a page per index, not 64 KiB.
     fn allocate(&self, upto: usize) -> bool {
-        const CHUNK: usize = 64 * 1024;
+        const FIRST: usize = 4096;
+        const MOST: usize = 64 * 1024;
         let done = self.allocated.load(Ordering::Acquire);
         if upto <= done {
             return true;
         }
-        let end = upto.div_ceil(CHUNK).saturating_mul(CHUNK).min(self.map.len());
+        let chunk = done.clamp(FIRST, MOST);
+        let end = upto.div_ceil(chunk).saturating_mul(chunk).min(self.map.len());
         if crate::map::allocate(&self.file, done, end - done).is_err() {
             return false;
         }

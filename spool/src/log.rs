@@ -783,8 +783,11 @@ impl Partition {
     pub fn read_prefaulted(&self, offset: u64, max_bytes: usize) -> Result<ReadResult> {
         let (result, segment) = self.locate(offset, max_bytes)?;
         if let (Some(seg), Some(range)) = (segment, &result.file_range) {
-            seg.map
-                .prefault(range.position as usize, (range.position + range.len) as usize);
+            seg.map.prefault(
+                &seg.file,
+                range.position as usize,
+                (range.position + range.len) as usize,
+            );
         }
         Ok(result)
     }

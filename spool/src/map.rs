@@ -41,6 +41,7 @@ impl LogMap {
     pub(crate) fn new(file: &File, len: usize) -> io::Result<LogMap> {
         debug_assert!(file.metadata().map(|m| m.len() >= len as u64).unwrap_or(true));
         let raw = MmapOptions::new().len(len.max(1)).map_raw_read_only(file)?;
+        no_read_around(&raw);
         Ok(LogMap { raw })
     }
 
@@ -76,12 +77,16 @@ impl LogMap {
         })
     }
 
-    /// Brings `start..end` into memory so that reading it later does not
-    /// fault. Runs on an I/O thread, never on an async runtime's worker.
-    pub(crate) fn prefault(&self, start: usize, end: usize) {
+    /// Brings `start..end` of `file` (the mapped file) into memory so that
+    /// reading it later does not fault. Runs on an I/O thread, never on an
+    /// async runtime's worker. The range is read ahead first (the map
+    /// itself reads no more than the page that faults, see
+    /// [`no_read_around`]).
+    pub(crate) fn prefault(&self, file: &File, start: usize, end: usize) {
         if start >= end {
             return;
         }
+        read_ahead(file, start, end);
         let populated = self
             .raw
             .advise_range(
@@ -127,9 +132,9 @@ pub(crate) struct IndexMap {
 impl IndexMap {
     /// Maps all of `file` (opened read-write), whose length must be non-zero.
     pub(crate) fn new(file: &File) -> io::Result<IndexMap> {
-        Ok(IndexMap {
-            raw: MmapRaw::map_raw(file)?,
-        })
+        let raw = MmapRaw::map_raw(file)?;
+        no_read_around(&raw);
+        Ok(IndexMap { raw })
     }
 
     /// Capacity in bytes.
@@ -227,4 +232,24 @@ pub(crate) fn first_nonzero(file: &File, from: usize, end: usize) -> std::io::Re
         at = stop.max(start + 1);
     }
     Ok(None)
+}
+
+/// Asks the kernel not to read around a page that faults in `map`. By
+/// default a fault reads the pages around it too (up to a large folio of
+/// megabytes), and in a sparse, preallocated segment or index those are
+/// holes: each first append or scan of a partition zero-filled megabytes of
+/// page cache, most of the time it took to open or write thousands of
+/// partitions. Reads that want more than a page say so with [`read_ahead`].
+fn no_read_around(map: &MmapRaw) {
+    // Only advice: without it, maps work the same, more slowly.
+    let _ = map.advise(Advice::Random);
+}
+
+/// Starts reading `start..end` of `file` into the page cache (the whole
+/// range and no more), for a scan or a fetch that is about to touch it.
+pub(crate) fn read_ahead(file: &File, start: usize, end: usize) {
+    if let Some(len) = std::num::NonZeroU64::new(end.saturating_sub(start) as u64) {
+        // Only advice: without it the pages fault in one at a time.
+        let _ = rustix::fs::fadvise(file, start as u64, Some(len), rustix::fs::Advice::WillNeed);
+    }
 }

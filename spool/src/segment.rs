@@ -314,6 +314,9 @@ impl Segment {
         mut on_batch: impl FnMut(u64, &BatchHeader),
     ) -> std::io::Result<Scan> {
         let data = LogBytes::new(&self.map, &self.file);
+        // The scan reads its data in order: read it ahead (the map itself
+        // does not read around a fault).
+        crate::map::read_ahead(&self.file, position as usize, data.mapped());
         let mut pos = position as usize;
         let mut next = expected_offset;
         let mut max_timestamp = i64::MIN;
@@ -500,6 +503,11 @@ impl<'a> LogBytes<'a> {
     /// Length of the file (as mapped).
     pub(crate) fn len(&self) -> usize {
         self.map.len()
+    }
+
+    /// Bytes before the file's first hole.
+    pub(crate) fn mapped(&self) -> usize {
+        self.mapped
     }
 
     /// The bytes `start..start + len`, fewer at the end of the file.
