@@ -246,10 +246,18 @@ fn no_read_around(map: &MmapRaw) {
 }
 
 /// Starts reading `start..end` of `file` into the page cache (the whole
-/// range and no more), for a scan or a fetch that is about to touch it.
+/// range and no more), for a scan or a fetch that is about to touch it. In
+/// steps of 128 KiB: the kernel reads no more than its read-ahead window
+/// for one request, whatever length it is given.
 pub(crate) fn read_ahead(file: &File, start: usize, end: usize) {
-    if let Some(len) = std::num::NonZeroU64::new(end.saturating_sub(start) as u64) {
-        // Only advice: without it the pages fault in one at a time.
-        let _ = rustix::fs::fadvise(file, start as u64, Some(len), rustix::fs::Advice::WillNeed);
+    const STEP: usize = 128 << 10;
+    let mut at = start;
+    while at < end {
+        let step = STEP.min(end - at);
+        if let Some(len) = std::num::NonZeroU64::new(step as u64) {
+            // Only advice: without it the pages fault in one at a time.
+            let _ = rustix::fs::fadvise(file, at as u64, Some(len), rustix::fs::Advice::WillNeed);
+        }
+        at += step;
     }
 }

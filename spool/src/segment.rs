@@ -314,9 +314,6 @@ impl Segment {
         mut on_batch: impl FnMut(u64, &BatchHeader),
     ) -> std::io::Result<Scan> {
         let data = LogBytes::new(&self.map, &self.file);
-        // The scan reads its data in order: read it ahead (the map itself
-        // does not read around a fault).
-        crate::map::read_ahead(&self.file, position as usize, data.mapped());
         let mut pos = position as usize;
         let mut next = expected_offset;
         let mut max_timestamp = i64::MIN;
@@ -492,22 +489,31 @@ pub(crate) struct LogBytes<'a> {
     file: &'a File,
     /// Bytes before the file's first hole: safe to read through the map.
     mapped: usize,
+    /// Where the read-ahead asked for so far ends.
+    ahead: std::cell::Cell<usize>,
 }
+
+/// How far [`LogBytes`] reads ahead of what it is asked for, and how close
+/// it lets a reader come before it reads ahead again. Its readers (recovery,
+/// verify, dump) go through the data in order, and the map does not read
+/// around a fault (see `map::no_read_around`).
+const READ_AHEAD: usize = 8 << 20;
+const READ_AHEAD_LOW: usize = 4 << 20;
 
 impl<'a> LogBytes<'a> {
     pub(crate) fn new(map: &'a LogMap, file: &'a File) -> LogBytes<'a> {
         let mapped = crate::map::allocated_prefix(file, map.len());
-        LogBytes { map, file, mapped }
+        LogBytes {
+            map,
+            file,
+            mapped,
+            ahead: std::cell::Cell::new(0),
+        }
     }
 
     /// Length of the file (as mapped).
     pub(crate) fn len(&self) -> usize {
         self.map.len()
-    }
-
-    /// Bytes before the file's first hole.
-    pub(crate) fn mapped(&self) -> usize {
-        self.mapped
     }
 
     /// The bytes `start..start + len`, fewer at the end of the file.
@@ -516,6 +522,11 @@ impl<'a> LogBytes<'a> {
         let start = start.min(self.len());
         let end = start.saturating_add(len).min(self.len());
         if end <= self.mapped {
+            if end + READ_AHEAD_LOW > self.ahead.get() {
+                let until = (end + READ_AHEAD).min(self.mapped);
+                crate::map::read_ahead(self.file, self.ahead.get().max(start), until);
+                self.ahead.set(until);
+            }
             return Ok(Cow::Borrowed(self.map.slice(start, end)));
         }
         let mut buf = vec![0u8; end - start];

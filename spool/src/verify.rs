@@ -131,7 +131,6 @@ pub fn verify_partition(dir: &Path) -> Result<PartitionReport> {
         }
         let (map, file) = map_log(&log_path)?;
         let data = LogBytes::new(&map, &file);
-        crate::map::read_ahead(&file, 0, data.mapped());
         let read_err = |e| SpoolError::io("read segment", &log_path, e);
         let mut batches: Vec<(u64, BatchHeader, i64)> = Vec::new();
         let mut pos = 0usize;
@@ -323,7 +322,6 @@ pub fn dump_partition(dir: &Path, from: u64, mut visit: impl FnMut(&BatchInfo<'_
         let log_path = dir.join(crate::segment::log_name(base));
         let (map, file) = map_log(&log_path)?;
         let data = LogBytes::new(&map, &file);
-        crate::map::read_ahead(&file, 0, data.mapped());
         let read_err = |e| SpoolError::io("read segment", &log_path, e);
         let mut position = 0;
         while let Some(Ok(header)) = data.batch_at(position, true).map_err(read_err)? {
