@@ -123,9 +123,8 @@ async fn connection(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
     let _ = stream.set_nodelay(true);
-    let (reader, writer) = stream.into_split();
+    let (reader, mut writer) = stream.into_split();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
-    let mut writer = writer;
     let mut client = String::new();
     loop {
         // Between requests the client may idle for `idle_timeout`; once a

@@ -305,8 +305,12 @@ fn housekeeper_loop(registered: &Mutex<Vec<Partition>>, stop: &Receiver<()>, opt
             due.iter().map(Partition::flush).collect()
         };
         for (p, result) in due.iter().zip(synced) {
-            if let Err(e) = result {
-                tracing::error!(partition = %p.dir().display(), error = %e, "background sync failed");
+            match result {
+                // Closed since it was found due: closing synced it.
+                Ok(()) | Err(SpoolError::Closed) => {}
+                Err(e) => {
+                    tracing::error!(partition = %p.dir().display(), error = %e, "background sync failed")
+                }
             }
         }
         for p in &partitions {
