@@ -1031,7 +1031,7 @@ fn sync_segments(segments: &[Arc<Segment>]) -> std::result::Result<(), (&Arc<Seg
 /// that only ever names synced data, so after a crash the old value, the
 /// new one, or no valid file at all (recovery then scans every segment) are
 /// all correct. Skipping the syncs saves three per checkpoint, which with
-/// thousands of partitions was most of the broker's disk time.
+/// thousands of partitions added up to seconds.
 fn write_recovery_point(dir: &Path, point: u64) -> Result<()> {
     let tmp = dir.join(format!("{RECOVERY_POINT_FILE}.tmp"));
     let path = dir.join(RECOVERY_POINT_FILE);
