@@ -25,7 +25,6 @@
 mod support;
 
 use std::fs;
-use std::io::Read as _;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -254,19 +253,8 @@ fn check_all(b: &Broker, topics: usize, want: u64) {
 /// Open file descriptors, RssAnon and RssFile of a process.
 fn resources(pid: u32) -> (usize, u64, u64) {
     let fds = fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
-    let mut status = String::new();
-    fs::File::open(format!("/proc/{pid}/status"))
-        .unwrap()
-        .read_to_string(&mut status)
-        .unwrap();
-    let kib = |key: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0)
-    };
-    (fds, kib("RssAnon:") << 10, kib("RssFile:") << 10)
+    let bytes = |key| support::proc_status_bytes(pid, key).unwrap_or(0);
+    (fds, bytes("RssAnon"), bytes("RssFile"))
 }
 
 fn row(what: &str, took: Duration, target: Duration) {

@@ -30,7 +30,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use strait_spool::batch::{build, Batches};
-use support::{strait_bin, Strait};
+use support::Strait;
 
 /// The tests of this file run one at a time: a restart reuses its port,
 /// which a test starting in parallel could take meanwhile.
@@ -349,18 +349,7 @@ fn a_broker_killed_on_a_full_disk_starts_serves_reads_and_takes_writes_once_spac
     );
 
     // The verifier reads the full disk's partitions without a fault.
-    let verify = Command::new(strait_bin())
-        .args(["spool", "verify"])
-        .arg(&data)
-        .output()
-        .expect("running strait spool verify");
-    assert!(
-        verify.status.success(),
-        "strait spool verify on the full disk: {:?}\n{}{}",
-        verify.status,
-        String::from_utf8_lossy(&verify.stdout),
-        String::from_utf8_lossy(&verify.stderr)
-    );
+    support::verify_spool(&data);
 
     // Space returns: writes are taken again, without a restart.
     std::fs::remove_file(&filler).unwrap();

@@ -6,13 +6,10 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{
-    create_topic, get_u64, spawn_client, strait_bin, try_client, unique, BackgroundClient, Strait,
-};
+use support::{create_topic, get_u64, spawn_client, try_client, unique, BackgroundClient, Strait};
 
 /// One acknowledged record: (partition, offset) -> value.
 type Acked = BTreeMap<(i64, i64), String>;
@@ -158,23 +155,6 @@ fn check_acked_present(round: &str, acked: &Acked, log: &BTreeMap<(i64, i64), St
     assert_eq!(values.len(), log.len(), "{round}: a value is stored twice");
 }
 
-/// `strait spool verify DIR` exits 0 (every batch CRC, offset and index
-/// entry checks out).
-fn verify_spool(strait: &Strait) {
-    let out = Command::new(strait_bin())
-        .args(["spool", "verify"])
-        .arg(strait.data_dir())
-        .output()
-        .expect("running strait spool verify");
-    assert!(
-        out.status.success(),
-        "strait spool verify: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn spawn_acked_producer(b: &str, topic: &str, prefix: &str, extra: &[&str]) -> BackgroundClient {
     let mut args = vec![
         "--bootstrap",
@@ -244,7 +224,7 @@ fn acks_all_records_survive_sigkill_under_every_batch() {
         "strait exited {status} after SIGTERM\n{}",
         strait.log()
     );
-    verify_spool(&strait);
+    support::verify_spool(&strait.data_dir());
     let segments = std::fs::read_dir(strait.data_dir().join("topics").join(format!("{topic}-0")))
         .expect("partition 0 directory")
         .filter(|e| {

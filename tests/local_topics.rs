@@ -2798,9 +2798,6 @@ fn kcat_produce_auto_creates_a_topic() {
 
 mod raw_fetch {
     use super::*;
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
-    use kafka_protocol::protocol::{Decodable, StrBytes};
 
     /// One Fetch v12 of partition 0; returns (elapsed, error, high
     /// watermark, record bytes).
@@ -2813,23 +2810,17 @@ mod raw_fetch {
         max_bytes: i32,
         partition_max_bytes: i32,
     ) -> (Duration, i16, i64, usize) {
-        let req = FetchRequest::default()
-            .with_max_wait_ms(max_wait_ms)
-            .with_min_bytes(min_bytes)
-            .with_max_bytes(max_bytes)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(0)
-                    .with_fetch_offset(offset)
-                    .with_partition_max_bytes(partition_max_bytes)])]);
-        let (id, f) = c.frame(ApiKey::Fetch, 12, 12, &req);
+        let req = raw::fetch_request(
+            topic,
+            offset,
+            max_wait_ms,
+            min_bytes,
+            max_bytes,
+            partition_max_bytes,
+        );
         let sent = Instant::now();
-        c.send_raw(&f);
-        let body = c.read(ApiKey::Fetch, 12, id);
+        let r = c.fetch(&req);
         let elapsed = sent.elapsed();
-        let r = FetchResponse::decode(&mut &body[..], 12).expect("Fetch response");
-        assert_eq!(r.error_code, 0, "{r:?}");
         let p = &r.responses[0].partitions[0];
         (
             elapsed,
@@ -2904,10 +2895,8 @@ fn protocol_fetch_long_poll_and_limits() {
 
 mod raw_produce {
     use super::*;
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::{
-        InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
-        TopicName, TransactionalId,
+        InitProducerIdRequest, InitProducerIdResponse, ProducerId, TransactionalId,
     };
     use kafka_protocol::protocol::{Decodable, StrBytes};
     use kafka_protocol::records::{
@@ -2965,25 +2954,7 @@ mod raw_produce {
 
     /// Produce v9, acks=all, one batch to partition 0: (error, base offset).
     pub fn produce(c: &mut raw::Conn, topic: &str, batch: &[u8]) -> (i16, i64) {
-        produce_within(c, topic, batch, 10_000)
-    }
-
-    /// [`produce`] with the request's timeout_ms.
-    pub fn produce_within(c: &mut raw::Conn, topic: &str, batch: &[u8], timeout_ms: i32) -> (i16, i64) {
-        let req = ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(timeout_ms)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(batch.to_vec().into()))])]);
-        let (id, f) = c.frame(ApiKey::Produce, 9, 9, &req);
-        c.send_raw(&f);
-        let body = c.read(ApiKey::Produce, 9, id);
-        let r = ProduceResponse::decode(&mut &body[..], 9).expect("Produce response");
-        let p = &r.responses[0].partition_responses[0];
-        (p.error_code, p.base_offset)
+        c.produce(topic, 0, batch, 10_000)
     }
 }
 
@@ -3168,27 +3139,11 @@ fn protocol_produce_refuses_corrupt_batches_and_unknown_partitions() {
 
     let good = batch(-1, -1, -1, &["g0", "g1"]);
     let mut wrong_partition = raw::Conn::open(strait.port(), "proto-bad-partition");
-    {
-        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-        use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
-        use kafka_protocol::protocol::{Decodable, StrBytes};
-        let req = ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(10_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_string(topic.clone())))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(5)
-                    .with_records(Some(good.clone().into()))])]);
-        let (id, f) = wrong_partition.frame(ApiKey::Produce, 9, 9, &req);
-        wrong_partition.send_raw(&f);
-        let body = wrong_partition.read(ApiKey::Produce, 9, id);
-        let r = ProduceResponse::decode(&mut &body[..], 9).unwrap();
-        assert_eq!(
-            r.responses[0].partition_responses[0].error_code, 3,
-            "partition 5 of a 1-partition topic"
-        );
-    }
+    assert_eq!(
+        wrong_partition.produce(&topic, 5, &good, 10_000).0,
+        3,
+        "partition 5 of a 1-partition topic"
+    );
     let unknown = unique("proto-no-such-topic");
     let (err, _) = produce(&mut c, &unknown, &good);
     assert_eq!(err, 3, "Produce to an unknown topic");
@@ -3314,7 +3269,7 @@ impl Drop for Frozen {
 /// written twice.
 #[test]
 fn protocol_produce_times_out_on_a_stalled_disk_and_the_retry_is_not_duplicated() {
-    use raw_produce::{batch, init_producer_id, produce, produce_within};
+    use raw_produce::{batch, init_producer_id, produce};
     let disk = FreezableDisk::mount();
     let conf = disk.path().join("strait.yaml");
     std::fs::write(&conf, "spool:\n  durability: every_batch\n").unwrap();
@@ -3334,7 +3289,7 @@ fn protocol_produce_times_out_on_a_stalled_disk_and_the_retry_is_not_duplicated(
     let frozen = disk.freeze();
     let second = batch(pid, epoch, 2, &["b2", "b3"]);
     let asked = Instant::now();
-    let (err, _) = produce_within(&mut c, &topic, &second, 1000);
+    let (err, _) = c.produce(&topic, 0, &second, 1000);
     let waited = asked.elapsed();
     assert_eq!(err, 7, "a Produce on a frozen disk must get REQUEST_TIMED_OUT");
     assert!(

@@ -8,12 +8,7 @@ use std::net::TcpStream;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, StrBytes};
+use kafka_protocol::messages::{ApiKey, FetchRequest};
 use strait_spool::batch::{build, BatchHeader};
 use support::{create_topic, get_u64, raw, run_client, unique, Strait};
 
@@ -28,33 +23,15 @@ const STALLED: usize = 20;
 /// 100 MiB fetches outstanding (before issue 7: 2.04 GB).
 const RSS_ANON_BOUND: u64 = 64 << 20;
 
-fn name(topic: &str) -> TopicName {
-    TopicName(StrBytes::from_string(topic.to_owned()))
-}
-
+/// A consumer's Fetch of partition 0 from `offset`, no waiting, limits
+/// (total and partition) of `max_bytes`.
 fn fetch_request(topic: &str, offset: i64, max_bytes: i32) -> FetchRequest {
-    FetchRequest::default()
-        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_min_bytes(1)
-        .with_max_bytes(max_bytes)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(name(topic))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(max_bytes)])])
+    raw::fetch_request(topic, offset, 0, 1, max_bytes, max_bytes)
 }
 
 /// `RssAnon` of a process, in bytes.
 fn rss_anon(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("reading /proc/PID/status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("RssAnon in /proc/PID/status");
-    kib << 10
+    support::proc_status_bytes(pid, "RssAnon").expect("RssAnon in /proc/PID/status")
 }
 
 /// A connection whose receive buffer is 4 KiB, as a client that stopped
@@ -82,19 +59,7 @@ fn fill(c: &mut raw::Conn, topic: &str) -> u64 {
     let batch = build::batch(1_700_000_000_000, &values);
     let batches = BIG_BYTES.div_ceil(batch.len());
     for _ in 0..batches {
-        let req = ProduceRequest::default()
-            .with_acks(1)
-            .with_timeout_ms(30_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(name(topic))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(batch.clone().into()))])]);
-        let (id, f) = c.frame(ApiKey::Produce, 7, 7, &req);
-        c.send_raw(&f);
-        let body = c.read(ApiKey::Produce, 7, id);
-        let r = ProduceResponse::decode(&mut &body[..], 7).unwrap();
-        assert_eq!(r.responses[0].partition_responses[0].error_code, 0, "{r:?}");
+        assert_eq!(c.produce(topic, 0, &batch, 30_000).0, 0, "filling {topic}");
     }
     (batches * PER_BATCH) as u64
 }
@@ -118,10 +83,7 @@ fn stalled_fetches_hold_no_memory_and_others_keep_working() {
     let records = fill(&mut c, &big);
 
     // One whole 100 MiB fetch: capped at 55 MiB (plus at most one batch).
-    let (id, f) = c.frame(ApiKey::Fetch, 12, 12, &fetch_request(&big, 0, 100 << 20));
-    c.send_raw(&f);
-    let body = c.read(ApiKey::Fetch, 12, id);
-    let r = FetchResponse::decode(&mut &body[..], 12).unwrap();
+    let r = c.fetch(&fetch_request(&big, 0, 100 << 20));
     let got = r.responses[0].partitions[0].records.clone().unwrap();
     assert!(
         (50 << 20..=56 << 20).contains(&got.len()),
@@ -187,10 +149,7 @@ fn stalled_fetches_hold_no_memory_and_others_keep_working() {
     let mut reader = raw::Conn::open(strait.port(), "reader");
     let (mut offset, mut seen) = (0i64, 0u64);
     while (seen as i64) < records as i64 {
-        let (id, f) = reader.frame(ApiKey::Fetch, 12, 12, &fetch_request(&big, offset, 8 << 20));
-        reader.send_raw(&f);
-        let body = reader.read(ApiKey::Fetch, 12, id);
-        let r = FetchResponse::decode(&mut &body[..], 12).unwrap();
+        let r = reader.fetch(&fetch_request(&big, offset, 8 << 20));
         let p = &r.responses[0].partitions[0];
         assert_eq!(p.error_code, 0);
         let got = p.records.clone().unwrap_or_default();
@@ -230,12 +189,14 @@ fn stalled_fetches_hold_no_memory_and_others_keep_working() {
 
     // The stalled connections are closed once idle_timeout passes without
     // the client taking a byte.
-    let line = strait.log_line(&["read none of a", "idle_timeout"]);
-    let deadline = Instant::now() + Duration::from_secs(40);
-    let mut line = line;
-    while line.is_none() && Instant::now() < deadline {
-        line = strait.log_line(&["read none of a", "idle_timeout"]);
-    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let line = loop {
+        // (log_line waits up to 10 s itself.)
+        let line = strait.log_line(&["read none of a", "idle_timeout"]);
+        if line.is_some() || Instant::now() >= deadline {
+            break line;
+        }
+    };
     let line = line.expect("a stalled connection closed after idle_timeout, with a log line");
     assert!(line.contains("stalled-"), "the log line names the client: {line}");
     drop(stalled);

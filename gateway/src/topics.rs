@@ -363,22 +363,20 @@ pub(crate) fn in_parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + 
     }
     let count = items.len();
     let queue = std::sync::Mutex::new(items.into_iter().enumerate());
-    let mut results: Vec<Option<R>> = (0..count).map(|_| None).collect();
-    let done = std::sync::Mutex::new(Vec::with_capacity(count));
+    let results = std::sync::Mutex::new((0..count).map(|_| None).collect::<Vec<Option<R>>>());
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| loop {
                 let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
                 let Some((i, item)) = next else { break };
                 let result = f(item);
-                done.lock().unwrap_or_else(|e| e.into_inner()).push((i, result));
+                results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
             });
         }
     });
-    for (i, result) in done.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        results[i] = Some(result);
-    }
     results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
         .into_iter()
         .map(|r| r.expect("every item has a result"))
         .collect()
@@ -701,6 +699,19 @@ mod tests {
 
     fn pool() -> Arc<IoPool> {
         Arc::new(IoPool::new(strait_spool::pool::PoolOptions::default()))
+    }
+
+    #[test]
+    fn in_parallel_keeps_the_order_of_the_items() {
+        let items: Vec<u64> = (0..500).collect();
+        let squares = in_parallel(items.clone(), |i| {
+            // Uneven work, so threads finish out of order.
+            std::thread::sleep(std::time::Duration::from_micros(i % 7 * 50));
+            i * i
+        });
+        assert_eq!(squares, items.iter().map(|i| i * i).collect::<Vec<_>>());
+        assert_eq!(in_parallel(vec![3u8], |i| i + 1), vec![4]);
+        assert!(in_parallel(Vec::<u8>::new(), |i| i).is_empty());
     }
 
     #[tokio::test]

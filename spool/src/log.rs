@@ -583,15 +583,6 @@ impl Partition {
         w.recovery_point < w.next_offset && w.last_sync.elapsed() >= every
     }
 
-    /// Runs [`Partition::flush`] if the `interval` policy says it is due.
-    pub fn flush_if_due(&self) -> Result<bool> {
-        let due = self.flush_due();
-        if due {
-            self.flush()?;
-        }
-        Ok(due)
-    }
-
     /// [`Partition::flush`] for many partitions at once, with one `syncfs`
     /// per file system instead of an `fdatasync` per file: with thousands of
     /// partitions, that is one journal commit rather than thousands, each of

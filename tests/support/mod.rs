@@ -1050,3 +1050,35 @@ impl Drop for BackgroundClient {
         self.kill();
     }
 }
+
+/// A `kB` field of `/proc/PID/status` (`VmRSS`, `RssAnon`, ...), in bytes.
+pub fn proc_status_bytes(pid: u32, key: &str) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib << 10)
+}
+
+/// Runs `strait spool verify DIR` and asserts it exits 0 (every batch CRC,
+/// offset and index entry checks out).
+pub fn verify_spool(dir: &Path) {
+    let out = Command::new(strait_bin())
+        .args(["spool", "verify"])
+        .arg(dir)
+        .output()
+        .expect("running strait spool verify");
+    assert!(
+        out.status.success(),
+        "strait spool verify {}: {}\n{}{}",
+        dir.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -5,9 +5,12 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, RequestHeader,
-    ResponseHeader, SaslHandshakeRequest, SaslHandshakeResponse,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse, MetadataRequest,
+    MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, SaslHandshakeRequest,
+    SaslHandshakeResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -118,6 +121,35 @@ impl Conn {
         MetadataResponse::decode(&mut &body[..], 12).expect("Metadata response")
     }
 
+    /// Produce v9 (acks=all) of `batch` to `partition` of `topic` with the
+    /// request's `timeout_ms`; returns (error code, base offset).
+    pub fn produce(&mut self, topic: &str, partition: i32, batch: &[u8], timeout_ms: i32) -> (i16, i64) {
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(timeout_ms)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(batch.to_vec().into()))])]);
+        let (id, f) = self.frame(ApiKey::Produce, 9, 9, &req);
+        self.send_raw(&f);
+        let body = self.read(ApiKey::Produce, 9, id);
+        let r = ProduceResponse::decode(&mut &body[..], 9).expect("Produce response");
+        let p = &r.responses[0].partition_responses[0];
+        (p.error_code, p.base_offset)
+    }
+
+    /// Sends a Fetch v12 and reads its answer.
+    pub fn fetch(&mut self, req: &FetchRequest) -> FetchResponse {
+        let (id, f) = self.frame(ApiKey::Fetch, 12, 12, req);
+        self.send_raw(&f);
+        let body = self.read(ApiKey::Fetch, 12, id);
+        let r = FetchResponse::decode(&mut &body[..], 12).expect("Fetch response");
+        assert_eq!(r.error_code, 0, "{r:?}");
+        r
+    }
+
     pub fn sasl_handshake(&mut self) -> SaslHandshakeResponse {
         let (id, f) = self.frame(
             ApiKey::SaslHandshake,
@@ -154,4 +186,25 @@ pub fn check_metadata(md: &MetadataResponse, port: u16) {
     assert_eq!(md.brokers.len(), 1, "{md:?}");
     assert_eq!(md.brokers[0].node_id.0, 0);
     assert_eq!(md.brokers[0].port, port as i32);
+}
+
+/// A Fetch of partition 0 of `topic`, as a consumer (replica -1) asks.
+pub fn fetch_request(
+    topic: &str,
+    offset: i64,
+    max_wait_ms: i32,
+    min_bytes: i32,
+    max_bytes: i32,
+    partition_max_bytes: i32,
+) -> FetchRequest {
+    FetchRequest::default()
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(min_bytes)
+        .with_max_bytes(max_bytes)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(partition_max_bytes)])])
 }
