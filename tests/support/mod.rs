@@ -24,6 +24,7 @@
 #![allow(dead_code)]
 
 pub mod raw;
+pub mod relay;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};

@@ -1,0 +1,164 @@
+//! A TCP relay between a client and a broker that can delay, stall and cut
+//! the traffic: the slow link between two datacenters (this kernel has no
+//! netem, so the delay is added here) and the network faults no real peer
+//! produces on demand.
+//!
+//! Each direction of each connection is a reader thread that stamps every
+//! chunk it reads with the time it may leave, and a writer thread that
+//! sends chunks when they are due. The queue between them is bounded
+//! (`QUEUE_CHUNKS` of up to 64 KiB), so a stalled side pushes back on the
+//! other through TCP, as a real link would.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const CHUNK: usize = 64 << 10;
+const QUEUE_CHUNKS: usize = 1024;
+
+/// A running relay; stops accepting and cuts its connections on drop.
+pub struct Relay {
+    port: u16,
+    state: Arc<State>,
+}
+
+struct State {
+    target: SocketAddr,
+    /// One-way delay in microseconds.
+    delay_us: AtomicU64,
+    stalled: AtomicBool,
+    stopped: AtomicBool,
+    connections: Mutex<Vec<TcpStream>>,
+}
+
+impl Relay {
+    /// Relays a free loopback port to `target`, delaying each direction by
+    /// `one_way_delay` (half the added round-trip time).
+    pub fn start(target: SocketAddr, one_way_delay: Duration) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind relay");
+        let port = listener.local_addr().expect("relay addr").port();
+        let state = Arc::new(State {
+            target,
+            delay_us: AtomicU64::new(one_way_delay.as_micros() as u64),
+            stalled: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            connections: Mutex::new(Vec::new()),
+        });
+        let accepting = state.clone();
+        thread::spawn(move || {
+            for client in listener.incoming() {
+                if accepting.stopped.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(accepting.target) else {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                {
+                    let mut open = accepting.connections.lock().unwrap();
+                    open.push(client.try_clone().unwrap());
+                    open.push(server.try_clone().unwrap());
+                }
+                pump(
+                    accepting.clone(),
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                );
+                pump(accepting.clone(), server, client);
+            }
+        });
+        Relay { port, state }
+    }
+
+    /// The relay's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Holds (or releases) every byte in both directions: a network stall.
+    /// Connections stay open.
+    pub fn stall(&self, stalled: bool) {
+        self.state.stalled.store(stalled, Ordering::Relaxed);
+    }
+
+    /// Changes the one-way delay for bytes read from now on.
+    pub fn set_delay(&self, one_way_delay: Duration) {
+        self.state
+            .delay_us
+            .store(one_way_delay.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Closes every relayed connection (both sides see a reset or EOF);
+    /// new connections are still accepted.
+    pub fn cut(&self) {
+        for stream in self.state.connections.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.state.stopped.store(true, Ordering::Relaxed);
+        self.cut();
+        // Wake the accept loop so it sees `stopped`.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// Copies `from` to `to` through a delaying queue.
+fn pump(state: Arc<State>, mut from: TcpStream, to: TcpStream) {
+    let (tx, rx) = sync_channel::<(Instant, Vec<u8>)>(QUEUE_CHUNKS);
+    let reading = state.clone();
+    thread::spawn(move || {
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let delay = Duration::from_micros(reading.delay_us.load(Ordering::Relaxed));
+                    if tx.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        // Dropping `tx` tells the writer to finish and close its side.
+    });
+    thread::spawn(move || deliver(state, rx, to));
+}
+
+fn deliver(state: Arc<State>, rx: Receiver<(Instant, Vec<u8>)>, mut to: TcpStream) {
+    for (due, chunk) in rx {
+        loop {
+            if state.stopped.load(Ordering::Relaxed) {
+                return;
+            }
+            if state.stalled.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            let now = Instant::now();
+            if now >= due {
+                break;
+            }
+            thread::sleep(due - now);
+        }
+        if to.write_all(&chunk).is_err() {
+            return;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}

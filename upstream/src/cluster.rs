@@ -1,0 +1,339 @@
+//! One upstream cluster: its metadata cache and one connection per broker.
+//!
+//! - **Metadata** is loaded on first use and re-read when it is older than
+//!   `metadata_max_age`, or after [`Cluster::invalidate`] (callers invalidate
+//!   on NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION and the like;
+//!   a failed connection invalidates by itself). Concurrent refreshes
+//!   coalesce into one request. Known brokers are asked first, the
+//!   bootstrap list when none answers.
+//! - **Connections**: one per broker, opened on first use and shared by
+//!   every caller. A connection that failed is replaced on the next use;
+//!   reconnecting to a broker that just refused waits a jittered backoff
+//!   (100 ms doubling to 10 s) and answers the failure at once meanwhile,
+//!   so callers do not queue behind a dead broker's connect timeout.
+//! - **Coordinators** found with FindCoordinator are remembered per group
+//!   until [`Cluster::forget_coordinator`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::conn::{ConnectOptions, Connection};
+use crate::error::{check, Result, UpstreamError};
+use crate::metadata::Metadata;
+
+/// Settings of one cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// `host:port` to ask for metadata when no known broker answers.
+    pub bootstrap: Vec<String>,
+    /// How connections are opened and used.
+    pub connect: ConnectOptions,
+    /// Metadata older than this is re-read on next use.
+    pub metadata_max_age: Duration,
+}
+
+/// A handle on one upstream cluster. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    name: String,
+    options: ClusterOptions,
+    metadata: RwLock<Option<Arc<Metadata>>>,
+    stale: AtomicBool,
+    refreshing: tokio::sync::Mutex<()>,
+    brokers: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<Slot>>>>,
+    coordinators: Mutex<HashMap<String, (i32, String)>>,
+}
+
+/// The connection to one broker, or the memory of the last failure to
+/// open it.
+#[derive(Debug)]
+struct Slot {
+    connection: Option<(String, Connection)>,
+    failed: Option<(Instant, UpstreamError)>,
+    backoff: Backoff,
+}
+
+impl Cluster {
+    /// A cluster handle. Nothing is contacted until first use.
+    pub fn new(name: impl Into<String>, options: ClusterOptions) -> Cluster {
+        Cluster {
+            inner: Arc::new(Inner {
+                name: name.into(),
+                options,
+                metadata: RwLock::new(None),
+                stale: AtomicBool::new(true),
+                refreshing: tokio::sync::Mutex::new(()),
+                brokers: Mutex::new(HashMap::new()),
+                coordinators: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The cluster's configured name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The options it was made with.
+    pub fn options(&self) -> &ClusterOptions {
+        &self.inner.options
+    }
+
+    /// Marks the metadata stale: the next [`Cluster::metadata`] re-reads it.
+    pub fn invalidate(&self) {
+        self.inner.stale.store(true, Ordering::Relaxed);
+    }
+
+    /// The metadata last loaded, without contacting the cluster.
+    pub fn cached_metadata(&self) -> Option<Arc<Metadata>> {
+        self.inner.metadata.read().expect("metadata lock").clone()
+    }
+
+    /// Current metadata: the cached snapshot unless it is stale or older
+    /// than `metadata_max_age`, else a fresh one.
+    pub async fn metadata(&self) -> Result<Arc<Metadata>> {
+        if !self.inner.stale.load(Ordering::Relaxed) {
+            if let Some(cached) = self.cached_metadata() {
+                if cached.fetched_at.elapsed() < self.inner.options.metadata_max_age {
+                    return Ok(cached);
+                }
+            }
+        }
+        self.refresh().await
+    }
+
+    /// Reads metadata from the cluster now. Callers that arrive while a
+    /// refresh is under way share its answer.
+    pub async fn refresh(&self) -> Result<Arc<Metadata>> {
+        let asked = Instant::now();
+        let _one = self.inner.refreshing.lock().await;
+        if let Some(cached) = self.cached_metadata() {
+            if cached.fetched_at >= asked {
+                return Ok(cached);
+            }
+        }
+        let fresh = Arc::new(self.load_metadata().await?);
+        *self.inner.metadata.write().expect("metadata lock") = Some(fresh.clone());
+        self.inner.stale.store(false, Ordering::Relaxed);
+        tracing::debug!(cluster = %self.inner.name, brokers = fresh.brokers.len(), topics = fresh.topics.len(), "metadata loaded");
+        Ok(fresh)
+    }
+
+    async fn load_metadata(&self) -> Result<Metadata> {
+        let mut last = None;
+        // Known brokers first (in random order, so one slow broker does not
+        // take every refresh), then the bootstrap list.
+        let mut known: Vec<(i32, String)> = self
+            .cached_metadata()
+            .map(|m| m.brokers.iter().map(|(n, a)| (*n, a.clone())).collect())
+            .unwrap_or_default();
+        fastrand::shuffle(&mut known);
+        for (node, addr) in known {
+            match self.connect(node, addr).await {
+                Ok(connection) => match self.metadata_from(&connection).await {
+                    Ok(metadata) => return Ok(metadata),
+                    Err(e) => last = Some(e),
+                },
+                Err(e) => last = Some(e),
+            }
+        }
+        for (i, addr) in self.inner.options.bootstrap.iter().enumerate() {
+            let label = format!("{} bootstrap server {} ({addr})", self.inner.name, i + 1);
+            match Connection::connect(label, addr, &self.inner.options.connect).await {
+                Ok(connection) => match self.metadata_from(&connection).await {
+                    Ok(metadata) => return Ok(metadata),
+                    Err(e) => last = Some(e),
+                },
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(UpstreamError::NoBroker {
+            cluster: self.inner.name.clone(),
+            reason: last.map_or_else(|| "no bootstrap servers configured".to_owned(), |e| e.to_string()),
+        })
+    }
+
+    async fn metadata_from(&self, connection: &Connection) -> Result<Metadata> {
+        let version = connection.version(ApiKey::Metadata)?;
+        let mut request = MetadataRequest::default().with_topics(None);
+        if version >= 4 {
+            request.allow_auto_topic_creation = false;
+        }
+        let response = connection.request_at(&request, version).await?;
+        if response.brokers.is_empty() {
+            return Err(UpstreamError::Malformed {
+                broker: connection.broker().to_owned(),
+                api: ApiKey::Metadata,
+                detail: "no brokers listed".to_owned(),
+            });
+        }
+        Ok(Metadata::from_response(&response))
+    }
+
+    /// The connection to broker `node` (as the metadata names it), opened
+    /// if need be.
+    pub async fn broker(&self, node: i32) -> Result<Connection> {
+        let addr = match self.cached_metadata().and_then(|m| m.brokers.get(&node).cloned()) {
+            Some(addr) => addr,
+            None => {
+                let metadata = self.refresh().await?;
+                metadata
+                    .brokers
+                    .get(&node)
+                    .cloned()
+                    .ok_or_else(|| UpstreamError::Kafka {
+                        cluster: self.inner.name.clone(),
+                        what: format!("Metadata for broker {node}"),
+                        code: ResponseError::BrokerNotAvailable,
+                    })?
+            }
+        };
+        self.connect(node, addr).await
+    }
+
+    async fn connect(&self, node: i32, addr: String) -> Result<Connection> {
+        let slot = self
+            .inner
+            .brokers
+            .lock()
+            .expect("brokers lock")
+            .entry(node)
+            .or_insert_with(|| {
+                Arc::new(tokio::sync::Mutex::new(Slot {
+                    connection: None,
+                    failed: None,
+                    backoff: Backoff::default(),
+                }))
+            })
+            .clone();
+        let mut slot = slot.lock().await;
+        if let Some((at, connection)) = &slot.connection {
+            if *at == addr && !connection.is_failed() {
+                return Ok(connection.clone());
+            }
+            // A failed connection means the cluster may have changed.
+            self.invalidate();
+            slot.connection = None;
+        }
+        if let Some((until, error)) = &slot.failed {
+            if Instant::now() < *until {
+                return Err(error.clone());
+            }
+        }
+        let label = format!("{} broker {node} at {addr}", self.inner.name);
+        match Connection::connect(label, &addr, &self.inner.options.connect).await {
+            Ok(connection) => {
+                slot.backoff.reset();
+                slot.failed = None;
+                slot.connection = Some((addr, connection.clone()));
+                Ok(connection)
+            }
+            Err(error) => {
+                self.invalidate();
+                let until = Instant::now() + slot.backoff.next_delay();
+                slot.failed = Some((until, error.clone()));
+                Err(error)
+            }
+        }
+    }
+
+    /// The leader of a partition and the connection to it.
+    pub async fn leader(&self, topic: &str, partition: i32) -> Result<(i32, Connection)> {
+        let metadata = self.metadata().await?;
+        let node = metadata.leader(&self.inner.name, topic, partition)?;
+        Ok((node, self.broker(node).await?))
+    }
+
+    /// A connection to any broker: the controller when the metadata names
+    /// one (older Kafka wants CreateTopics there), else the first that
+    /// answers.
+    pub async fn any_broker(&self) -> Result<Connection> {
+        let metadata = self.metadata().await?;
+        let mut last = None;
+        let nodes = metadata
+            .controller
+            .into_iter()
+            .chain(metadata.brokers.keys().copied());
+        for node in nodes {
+            match self.broker(node).await {
+                Ok(connection) => return Ok(connection),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(UpstreamError::NoBroker {
+            cluster: self.inner.name.clone(),
+            reason: last.map_or_else(|| "the metadata lists no brokers".to_owned(), |e| e.to_string()),
+        })
+    }
+
+    /// The connection to the coordinator of consumer group `group`.
+    pub async fn coordinator(&self, group: &str) -> Result<Connection> {
+        let known = self
+            .inner
+            .coordinators
+            .lock()
+            .expect("coordinators lock")
+            .get(group)
+            .cloned();
+        let (node, addr) = match known {
+            Some(found) => found,
+            None => {
+                let found = self.find_coordinator(group).await?;
+                self.inner
+                    .coordinators
+                    .lock()
+                    .expect("coordinators lock")
+                    .insert(group.to_owned(), found.clone());
+                found
+            }
+        };
+        self.connect(node, addr).await
+    }
+
+    /// Forgets a group's coordinator (after NOT_COORDINATOR and the like),
+    /// so the next [`Cluster::coordinator`] asks again.
+    pub fn forget_coordinator(&self, group: &str) {
+        self.inner
+            .coordinators
+            .lock()
+            .expect("coordinators lock")
+            .remove(group);
+    }
+
+    async fn find_coordinator(&self, group: &str) -> Result<(i32, String)> {
+        let connection = self.any_broker().await?;
+        let version = connection.version(ApiKey::FindCoordinator)?;
+        let key = StrBytes::from_string(group.to_owned());
+        let request = if version >= 4 {
+            FindCoordinatorRequest::default().with_coordinator_keys(vec![key])
+        } else {
+            FindCoordinatorRequest::default().with_key(key)
+        };
+        let response: FindCoordinatorResponse = connection.request_at(&request, version).await?;
+        let what = || format!("FindCoordinator for group {group}");
+        let (code, node, host, port) = match response.coordinators.first() {
+            Some(c) if version >= 4 => (c.error_code, c.node_id.0, c.host.to_string(), c.port),
+            _ => (
+                response.error_code,
+                response.node_id.0,
+                response.host.to_string(),
+                response.port,
+            ),
+        };
+        check(&self.inner.name, what, code)?;
+        Ok((node, format!("{host}:{port}")))
+    }
+}

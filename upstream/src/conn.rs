@@ -1,0 +1,551 @@
+//! One pipelined connection to one upstream broker.
+//!
+//! Requests are encoded by the caller and handed to a writer task that owns
+//! the socket's write half, so a caller that is cancelled (its future
+//! dropped) never leaves half a frame on the wire: the frame is written
+//! whole or the connection is closed. A reader task matches answers to
+//! requests by correlation id; many requests are in flight at once and
+//! Kafka answers them in order.
+//!
+//! A connection that fails in any way (socket error, an answer nobody asked
+//! for, a request that timed out) is closed at once and every request in
+//! flight on it fails with the same [`UpstreamError`]; the owner
+//! ([`crate::Cluster`]) opens a new one for the next request. Requests that
+//! would push the bytes in flight past `max_bytes_in_flight` wait for room
+//! (a Fetch counts its `max_bytes` for the answer it will get). A broker's
+//! throttle time (KIP-219) holds back further requests to it until it ends.
+//!
+//! Produce with `acks=0` gets no answer from Kafka and is not supported.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::error::{Result, UpstreamError};
+use crate::throttle::Throttled;
+use crate::versions::Versions;
+
+/// Largest answer accepted from a broker. Fetch answers are bounded by the
+/// request's `max_bytes` well below this; a length beyond it means the
+/// stream is not Kafka.
+const MAX_RESPONSE_BYTES: usize = 1 << 30;
+
+/// Requests queued for the writer before callers wait.
+const QUEUE: usize = 256;
+
+/// Bytes counted for the answer of a request that is not a Fetch.
+const SMALL_RESPONSE: usize = 64 << 10;
+
+/// How to open and use connections.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// Sent in every request header.
+    pub client_id: String,
+    /// TCP connect plus the ApiVersions exchange.
+    pub connect_timeout: Duration,
+    /// From handing a request to the connection until its answer; past it
+    /// the connection is closed.
+    pub request_timeout: Duration,
+    /// Request bytes plus expected answer bytes in flight at once.
+    pub max_bytes_in_flight: usize,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            client_id: "strait".to_owned(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            max_bytes_in_flight: 64 << 20,
+        }
+    }
+}
+
+/// A pipelined connection to one broker. Cheap to clone; the socket closes
+/// when the last clone is dropped or the connection fails.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Outgoing>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// `cluster broker N at host:port`, for messages.
+    broker: String,
+    versions: Versions,
+    client_id: StrBytes,
+    request_timeout: Duration,
+    next_id: AtomicI32,
+    pending: Mutex<HashMap<i32, Pending>>,
+    /// Set once, when the connection fails; every later request gets it.
+    failed: OnceLock<UpstreamError>,
+    closed: watch::Sender<bool>,
+    throttled_until: Mutex<Option<Instant>>,
+    budget: Arc<Semaphore>,
+    max_budget: usize,
+}
+
+#[derive(Debug)]
+struct Pending {
+    reply: oneshot::Sender<Result<Bytes>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+#[derive(Debug)]
+struct Outgoing {
+    correlation_id: i32,
+    frame: Bytes,
+    pending: Pending,
+}
+
+impl Connection {
+    /// Connects to `addr` and learns the broker's API versions. `broker`
+    /// names it in messages (`nj broker 2 at kafka-nj-2:9092`).
+    pub async fn connect(broker: String, addr: &str, options: &ConnectOptions) -> Result<Connection> {
+        let opened = tokio::time::timeout(options.connect_timeout, async {
+            let mut stream = TcpStream::connect(addr)
+                .await
+                .map_err(|e| connect_error(&broker, e.to_string()))?;
+            stream
+                .set_nodelay(true)
+                .map_err(|e| connect_error(&broker, e.to_string()))?;
+            let versions = handshake(&broker, &mut stream, &options.client_id).await?;
+            Ok::<_, UpstreamError>((stream, versions))
+        })
+        .await;
+        let (stream, versions) = match opened {
+            Ok(opened) => opened?,
+            Err(_) => {
+                return Err(connect_error(
+                    &broker,
+                    format!(
+                        "no connection and ApiVersions answer within {:?}",
+                        options.connect_timeout
+                    ),
+                ))
+            }
+        };
+        let (closed, _) = watch::channel(false);
+        let max_budget = options.max_bytes_in_flight.clamp(1, Semaphore::MAX_PERMITS);
+        let shared = Arc::new(Shared {
+            broker,
+            versions,
+            client_id: StrBytes::from_string(options.client_id.clone()),
+            request_timeout: options.request_timeout,
+            next_id: AtomicI32::new(1),
+            pending: Mutex::new(HashMap::new()),
+            failed: OnceLock::new(),
+            closed,
+            throttled_until: Mutex::new(None),
+            budget: Arc::new(Semaphore::new(max_budget)),
+            max_budget,
+        });
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let (read, write) = stream.into_split();
+        tokio::spawn(write_loop(shared.clone(), rx, write));
+        tokio::spawn(read_loop(shared.clone(), read));
+        Ok(Connection { shared, tx })
+    }
+
+    /// The broker's name in messages.
+    pub fn broker(&self) -> &str {
+        &self.shared.broker
+    }
+
+    /// The version requests of `api` are sent at on this connection.
+    pub fn version(&self, api: ApiKey) -> Result<i16> {
+        self.shared
+            .versions
+            .get(api)
+            .map_err(|detail| UpstreamError::Unsupported {
+                broker: self.shared.broker.clone(),
+                api,
+                detail,
+            })
+    }
+
+    /// Whether the connection has failed (requests on it fail at once).
+    pub fn is_failed(&self) -> bool {
+        self.shared.failed.get().is_some() || self.tx.is_closed()
+    }
+
+    /// Request and expected answer bytes counted against
+    /// `max_bytes_in_flight` now.
+    pub fn bytes_in_flight(&self) -> usize {
+        self.shared.max_budget - self.shared.budget.available_permits()
+    }
+
+    /// Sends `request` at the negotiated version and waits for its answer.
+    pub async fn request<R>(&self, request: &R) -> Result<R::Response>
+    where
+        R: Request + Any,
+        R::Response: Throttled,
+    {
+        let api = api_of::<R>();
+        let version = self.version(api)?;
+        self.request_at(request, version).await
+    }
+
+    /// Sends `request` at `version` (which must be one [`Connection::version`]
+    /// allows; requests whose fields depend on the version are built for it).
+    pub async fn request_at<R>(&self, request: &R, version: i16) -> Result<R::Response>
+    where
+        R: Request + Any,
+        R::Response: Throttled,
+    {
+        let api = api_of::<R>();
+        let correlation_id = self.shared.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
+        let frame = self.encode(api, version, correlation_id, request)?;
+        let cost = (frame.len() + response_budget(request)).min(self.shared.max_budget);
+        let timeout = self.shared.request_timeout;
+        let mut answer = match tokio::time::timeout(timeout, self.send(correlation_id, frame, cost)).await {
+            Ok(sent) => sent?,
+            Err(_) => {
+                // The frame never reached the writer: the connection is
+                // busy (its bytes-in-flight budget is used up), not broken.
+                return Err(UpstreamError::TimedOut {
+                    broker: self.shared.broker.clone(),
+                    api,
+                    after: timeout,
+                });
+            }
+        };
+        let frame = match tokio::time::timeout(timeout, &mut answer).await {
+            Ok(Ok(frame)) => frame?,
+            Ok(Err(_)) => return Err(self.failure()),
+            Err(_) => {
+                let error = UpstreamError::TimedOut {
+                    broker: self.shared.broker.clone(),
+                    api,
+                    after: timeout,
+                };
+                self.shared.fail(error.clone());
+                return Err(error);
+            }
+        };
+        let response = self.decode::<R>(api, version, frame)?;
+        let throttle = response.throttle_ms();
+        if throttle > 0 {
+            let until = Instant::now() + Duration::from_millis(throttle as u64);
+            let mut throttled = self.shared.throttled_until.lock().expect("throttle lock");
+            *throttled = Some(throttled.map_or(until, |t| t.max(until)));
+        }
+        Ok(response)
+    }
+
+    fn encode<R: Request>(
+        &self,
+        api: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        request: &R,
+    ) -> Result<Bytes> {
+        let encode_error = |detail: String| UpstreamError::Encode { api, version, detail };
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(self.shared.client_id.clone()));
+        let header_version = R::header_version(version);
+        let size = header
+            .compute_size(header_version)
+            .and_then(|h| Ok(h + request.compute_size(version)?))
+            .map_err(|e| encode_error(e.to_string()))?;
+        let length = i32::try_from(size).map_err(|_| encode_error(format!("{size} bytes")))?;
+        let mut buf = BytesMut::with_capacity(4 + size);
+        buf.put_i32(length);
+        header
+            .encode(&mut buf, header_version)
+            .and_then(|()| request.encode(&mut buf, version))
+            .map_err(|e| encode_error(e.to_string()))?;
+        Ok(buf.freeze())
+    }
+
+    /// Hands a frame to the writer once the budget has room; the receiver
+    /// gets the answer frame.
+    async fn send(
+        &self,
+        correlation_id: i32,
+        frame: Bytes,
+        cost: usize,
+    ) -> Result<oneshot::Receiver<Result<Bytes>>> {
+        if let Some(failed) = self.shared.failed.get() {
+            return Err(failed.clone());
+        }
+        let permit = self
+            .shared
+            .budget
+            .clone()
+            .acquire_many_owned(cost as u32)
+            .await
+            .map_err(|_| self.failure())?;
+        let (reply, answer) = oneshot::channel();
+        let outgoing = Outgoing {
+            correlation_id,
+            frame,
+            pending: Pending {
+                reply,
+                _permit: permit,
+            },
+        };
+        self.tx.send(outgoing).await.map_err(|_| self.failure())?;
+        Ok(answer)
+    }
+
+    fn decode<R>(&self, api: ApiKey, version: i16, mut frame: Bytes) -> Result<R::Response>
+    where
+        R: Request,
+    {
+        let malformed = |detail: String| UpstreamError::Malformed {
+            broker: self.shared.broker.clone(),
+            api,
+            detail,
+        };
+        ResponseHeader::decode(
+            &mut frame,
+            <R::Response as HeaderVersion>::header_version(version),
+        )
+        .map_err(|e| malformed(format!("header: {e}")))?;
+        R::Response::decode(&mut frame, version).map_err(|e| malformed(e.to_string()))
+    }
+
+    fn failure(&self) -> UpstreamError {
+        self.shared
+            .failed
+            .get()
+            .cloned()
+            .unwrap_or_else(|| UpstreamError::Disconnected {
+                broker: self.shared.broker.clone(),
+                reason: "connection closed".to_owned(),
+            })
+    }
+}
+
+impl Shared {
+    /// Records a request as in flight, unless the connection has failed
+    /// (then the request fails at once). Under the same lock as [`fail`],
+    /// so no request is left waiting on a dead connection.
+    fn register(&self, correlation_id: i32, pending: Pending) -> bool {
+        let mut map = self.pending.lock().expect("pending lock");
+        if let Some(failed) = self.failed.get() {
+            let _ = pending.reply.send(Err(failed.clone()));
+            return false;
+        }
+        map.insert(correlation_id, pending);
+        true
+    }
+
+    /// Closes the connection: the first error is kept and every request in
+    /// flight fails with it.
+    fn fail(&self, error: UpstreamError) {
+        let (error, drained) = {
+            let mut map = self.pending.lock().expect("pending lock");
+            let error = self.failed.get_or_init(|| error).clone();
+            (error, std::mem::take(&mut *map))
+        };
+        if !drained.is_empty() {
+            tracing::debug!(broker = %self.broker, in_flight = drained.len(), %error, "upstream connection failed");
+        }
+        for (_, pending) in drained {
+            let _ = pending.reply.send(Err(error.clone()));
+        }
+        self.closed.send_replace(true);
+    }
+
+    fn disconnected(&self, reason: impl Into<String>) -> UpstreamError {
+        UpstreamError::Disconnected {
+            broker: self.broker.clone(),
+            reason: reason.into(),
+        }
+    }
+}
+
+async fn write_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Outgoing>, mut write: OwnedWriteHalf) {
+    let mut closed = shared.closed.subscribe();
+    loop {
+        let outgoing = tokio::select! {
+            biased;
+            _ = closed.wait_for(|c| *c) => break,
+            outgoing = rx.recv() => match outgoing {
+                Some(outgoing) => outgoing,
+                None => break,
+            },
+        };
+        if !shared.register(outgoing.correlation_id, outgoing.pending) {
+            continue;
+        }
+        let throttled = *shared.throttled_until.lock().expect("throttle lock");
+        let written = async {
+            if let Some(until) = throttled {
+                tokio::time::sleep_until(until).await;
+            }
+            write.write_all(&outgoing.frame).await
+        };
+        let result = tokio::select! {
+            biased;
+            _ = closed.wait_for(|c| *c) => break,
+            result = written => result,
+        };
+        if let Err(e) = result {
+            shared.fail(shared.disconnected(format!("write failed: {e}")));
+            break;
+        }
+    }
+    // Whatever ended the loop, nothing more goes out on this connection.
+    shared.fail(shared.disconnected("connection closed"));
+}
+
+async fn read_loop(shared: Arc<Shared>, mut read: OwnedReadHalf) {
+    let mut closed = shared.closed.subscribe();
+    loop {
+        let frame = tokio::select! {
+            biased;
+            _ = closed.wait_for(|c| *c) => return,
+            frame = read_frame(&mut read) => frame,
+        };
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(reason) => {
+                shared.fail(shared.disconnected(reason));
+                return;
+            }
+        };
+        let correlation_id = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
+        let pending = shared
+            .pending
+            .lock()
+            .expect("pending lock")
+            .remove(&correlation_id);
+        match pending {
+            Some(pending) => {
+                let _ = pending.reply.send(Ok(frame));
+            }
+            None => {
+                shared.fail(shared.disconnected(format!(
+                    "answer with correlation id {correlation_id}, which no request in flight has"
+                )));
+                return;
+            }
+        }
+    }
+}
+
+/// Reads one answer frame (at least its 4-byte correlation id).
+async fn read_frame(read: &mut OwnedReadHalf) -> std::result::Result<Bytes, String> {
+    let size = match read.read_i32().await {
+        Ok(size) => size,
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Err("the broker closed the connection".to_owned())
+        }
+        Err(e) => return Err(format!("read failed: {e}")),
+    };
+    let size = usize::try_from(size)
+        .ok()
+        .filter(|s| (4..=MAX_RESPONSE_BYTES).contains(s))
+        .ok_or_else(|| format!("answer length {size} is not a Kafka frame"))?;
+    let mut body = BytesMut::zeroed(size);
+    read.read_exact(&mut body)
+        .await
+        .map_err(|e| format!("read failed inside an answer: {e}"))?;
+    Ok(body.freeze())
+}
+
+/// The ApiVersions exchange on a fresh connection, on the stream itself
+/// (nothing else is in flight yet). v3 first; a broker that does not speak
+/// it answers in v0 with its version list (KIP-511), which is all we need.
+async fn handshake(broker: &str, stream: &mut TcpStream, client_id: &str) -> Result<Versions> {
+    let request = ApiVersionsRequest::default()
+        .with_client_software_name(StrBytes::from_static_str("strait"))
+        .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+    let version = 3;
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::ApiVersions as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(0)
+        .with_client_id(Some(StrBytes::from_string(client_id.to_owned())));
+    let mut body = BytesMut::new();
+    let encoded = header
+        .encode(&mut body, ApiVersionsRequest::header_version(version))
+        .and_then(|()| request.encode(&mut body, version));
+    if let Err(e) = encoded {
+        return Err(UpstreamError::Encode {
+            api: ApiKey::ApiVersions,
+            version,
+            detail: e.to_string(),
+        });
+    }
+    let io = |e: std::io::Error| connect_error(broker, format!("ApiVersions exchange failed: {e}"));
+    stream.write_i32(body.len() as i32).await.map_err(io)?;
+    stream.write_all(&body).await.map_err(io)?;
+    let size = stream.read_i32().await.map_err(io)?;
+    let size = usize::try_from(size)
+        .ok()
+        .filter(|s| (4..=1 << 20).contains(s))
+        .ok_or_else(|| {
+            connect_error(
+                broker,
+                format!("ApiVersions answer length {size} is not a Kafka frame"),
+            )
+        })?;
+    let mut frame = BytesMut::zeroed(size);
+    stream.read_exact(&mut frame).await.map_err(io)?;
+    let frame = frame.freeze();
+    let malformed = |detail: String| UpstreamError::Malformed {
+        broker: broker.to_owned(),
+        api: ApiKey::ApiVersions,
+        detail,
+    };
+    // ApiVersions answers always use response header v0: the correlation id.
+    let body = frame.slice(4..);
+    let answer = match ApiVersionsResponse::decode(&mut body.clone(), version) {
+        Ok(answer) if answer.error_code == 0 => answer,
+        _ => ApiVersionsResponse::decode(&mut body.clone(), 0).map_err(|e| malformed(e.to_string()))?,
+    };
+    if answer.api_keys.is_empty() {
+        return Err(malformed(format!(
+            "no API versions listed (error code {})",
+            answer.error_code
+        )));
+    }
+    Ok(Versions::negotiate(&answer.api_keys))
+}
+
+fn connect_error(broker: &str, reason: String) -> UpstreamError {
+    UpstreamError::Connect {
+        broker: broker.to_owned(),
+        reason,
+    }
+}
+
+fn api_of<R: Request>() -> ApiKey {
+    ApiKey::try_from(R::KEY).expect("kafka-protocol requests have known keys")
+}
+
+/// Bytes to reserve for the answer: a Fetch's `max_bytes` (the answer may
+/// be that large), a small allowance for everything else.
+fn response_budget(request: &dyn Any) -> usize {
+    match request.downcast_ref::<FetchRequest>() {
+        Some(fetch) if fetch.max_bytes > 0 => fetch.max_bytes as usize,
+        Some(fetch) => fetch
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| p.partition_max_bytes.max(0) as usize)
+            .sum(),
+        None => SMALL_RESPONSE,
+    }
+}

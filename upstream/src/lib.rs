@@ -1,0 +1,33 @@
+//! Strait's client for upstream Kafka clusters, built on `kafka-protocol`
+//! rather than a high-level client: the mirror and the topic router move
+//! record batches as bytes, which no high-level client allows.
+//!
+//! - [`Connection`] (`conn`): one pipelined connection to one broker.
+//!   Many requests in flight, answers matched by correlation id, a broken
+//!   connection fails everything in flight at once, a cancelled caller
+//!   never leaves half a frame on the wire. ApiVersions on connect; every
+//!   request at the highest version both sides speak ([`versions`]).
+//! - [`Cluster`] (`cluster`): the metadata cache of one cluster
+//!   ([`Metadata`]), one connection per broker, leader and coordinator
+//!   lookup.
+//! - [`Backoff`]: jittered exponential backoff with deadlines for the
+//!   callers' retry loops.
+//! - [`UpstreamError`]: says which broker failed and whether a retry helps.
+//!
+//! The crate knows nothing of the spool, the gateway or the mirror; callers
+//! build the requests and read the answers.
+
+pub mod backoff;
+pub mod cluster;
+pub mod conn;
+pub mod error;
+pub mod metadata;
+pub mod throttle;
+pub mod versions;
+
+pub use backoff::Backoff;
+pub use cluster::{Cluster, ClusterOptions};
+pub use conn::{ConnectOptions, Connection};
+pub use error::{Result, UpstreamError};
+pub use metadata::{Metadata, PartitionMetadata, TopicMetadata};
+pub use throttle::Throttled;
