@@ -2,7 +2,7 @@
 """Produce N records with confluent-kafka (librdkafka) and report deliveries.
 
 Record i (i = start .. start+count-1) has key 'k{i % 16}' when --keyed (no key
-otherwise) and value '{compression}-{i}' (or '{value-prefix}-{i}'), padded
+otherwise), headers i={i}, src=ck and a null 'empty' with --headers, and value '{compression}-{i}' (or '{value-prefix}-{i}'), padded
 with '.' to --value-size bytes. Waits for every delivery report, then prints:
 
   {"delivered": n, "count": N, "errors": ["..."], "error_count": e,
@@ -32,6 +32,7 @@ def main(t0):
     ap.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"])
     ap.add_argument("--idempotent", action="store_true")
     ap.add_argument("--keyed", action="store_true", help="key = k{i %% 16}")
+    ap.add_argument("--headers", action="store_true", help="headers i={i} and src=ck (a null-valued one too)")
     ap.add_argument("--partition", type=int, default=None, help="produce to this partition only")
     ap.add_argument("--value-size", type=int, default=0, help="pad values with '.' to this many bytes")
     ap.add_argument("--value-prefix", default=None, help="value prefix (default: the compression name)")
@@ -67,6 +68,8 @@ def main(t0):
         kw = {"value": value_for(prefix, i, a.value_size), "on_delivery": on_delivery}
         if a.keyed:
             kw["key"] = "k%d" % (i % 16)
+        if a.headers:
+            kw["headers"] = [("i", str(i)), ("src", "ck"), ("empty", None)]
         if a.partition is not None:
             kw["partition"] = a.partition
         while True:

@@ -1083,3 +1083,144 @@ pub fn verify_spool(dir: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `strait mirror --config FILE`: a mirror process with its own log, killed
+/// on drop. Its admin listener (`/metrics`, `/healthz`) is on
+/// [`MirrorProc::admin_port`], which the config must name as
+/// `admin.listen: 127.0.0.1:{admin_port}` (see [`MirrorProc::start`]).
+#[derive(Debug)]
+pub struct MirrorProc {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    log: PathBuf,
+    admin_port: u16,
+    starts: u32,
+}
+
+impl MirrorProc {
+    /// Writes `config` (YAML; `{admin}` in it becomes `127.0.0.1:PORT` of a
+    /// free port) and starts the mirror; returns once `/healthz` answers.
+    pub fn start(config: &str) -> MirrorProc {
+        let dir = tempfile::Builder::new()
+            .prefix("strait-mirror-")
+            .tempdir()
+            .expect("tempdir");
+        let admin_port = free_port();
+        let path = dir.path().join("mirror.yaml");
+        fs::write(&path, config.replace("{admin}", &format!("127.0.0.1:{admin_port}")))
+            .expect("writing the mirror config");
+        let log = dir.path().join("mirror.log");
+        let mut m = MirrorProc {
+            child: None,
+            dir,
+            config: path,
+            log,
+            admin_port,
+            starts: 0,
+        };
+        m.spawn();
+        m
+    }
+
+    fn spawn(&mut self) {
+        self.starts += 1;
+        let (mut out, err) = open_log(&self.log);
+        let _ = writeln!(out, "=== start #{} (strait mirror --config {}) ===", self.starts, self.config.display());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_strait"))
+            .arg("mirror")
+            .arg("--config")
+            .arg(&self.config)
+            .env("RUST_LOG", "info,strait_mirror=debug")
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("spawning strait mirror");
+        let addr: SocketAddr = ([127, 0, 0, 1], self.admin_port).into();
+        if let Err(e) = wait_ready(&mut child, addr, false, &self.log) {
+            kill_and_wait(&mut child);
+            panic!("strait mirror did not start: {e}");
+        }
+        self.child = Some(child);
+    }
+
+    /// The admin listener's port.
+    pub fn admin_port(&self) -> u16 {
+        self.admin_port
+    }
+
+    /// GET `path` on the admin listener; the body.
+    pub fn get(&self, path: &str) -> String {
+        http_get(self.admin_port, path)
+    }
+
+    /// The log so far.
+    pub fn log(&self) -> String {
+        read_log(&self.log)
+    }
+
+    /// SIGKILL and wait.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill_and_wait(&mut c);
+        }
+    }
+
+    /// SIGKILL (if running) and start again with the same config.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// SIGTERM and wait for the exit (60 s at most, then panic).
+    pub fn stop(&mut self) -> ExitStatus {
+        let mut c = self.child.take().expect("the mirror is not running");
+        sigterm(c.id());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = c.try_wait().expect("waiting for the mirror") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                kill_and_wait(&mut c);
+                panic!("strait mirror did not exit within 60 s of SIGTERM\n--- log ---\n{}", self.log());
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for MirrorProc {
+    fn drop(&mut self) {
+        self.kill();
+        if thread::panicking() {
+            eprintln!("--- mirror log ---\n{}", self.log());
+        }
+    }
+}
+
+/// A plain HTTP/1.1 GET on 127.0.0.1:`port`; the body (panics on a status
+/// other than 200).
+pub fn http_get(port: u16, path: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connecting to the admin listener");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("reading the HTTP answer");
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
+    body.to_owned()
+}
+
+/// The value of one Prometheus sample in `metrics` text: the first line
+/// whose name and labels contain every part of `selector` (e.g.
+/// `["strait_mirror_lag_records{", "partition=\"3\""]`).
+pub fn metric(metrics: &str, selector: &[&str]) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| selector.iter().all(|s| l.contains(s)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
