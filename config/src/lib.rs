@@ -9,16 +9,26 @@
 //!
 //! - [`units`]: [`ByteSize`] (`64KiB`, `1GiB`, `10MB`) and [`HumanDuration`]
 //!   (`500ms`, `1h30m`, `7d`), the human-friendly quantities used in values.
+//! - [`server`]: the `server:` section (the Kafka listener and its limits)
+//!   and the `broker:` section (auto-creation, consumer group timeouts).
 //! - [`spool`]: the `spool:` section: storage defaults for local topics,
 //!   per-topic overrides, and [`SpoolConfig::for_topic`], which resolves
 //!   them into a [`TopicSpoolConfig`] of plain values.
+//! - [`cluster`]: the `clusters:` section: upstream Kafka clusters by name
+//!   ([`ClusterConfig`]: bootstrap brokers, client id, timeouts).
+//! - [`admin`]: the `admin:` section: the HTTP listener for `/metrics` and
+//!   `/healthz` ([`AdminConfig`]).
+//! - [`mirror`]: the `mirrors:` section: what to copy between clusters
+//!   ([`MirrorConfig`]), with the runtime helpers
+//!   [`MirrorConfig::topic_filter`], [`MirrorConfig::target_topic`] and
+//!   [`MirrorConfig::group_id`], and the checks that keep mirrors from
+//!   writing one target topic twice or copying their own copies.
 //! - [`error`]: [`ConfigError`]; every error names the file and the key path
 //!   (`spool.topics.payments.retention_age`), parse errors also the line
 //!   and column.
 //!
-//! Conventions every section follows, so adding one (`server:`,
-//! `upstreams:`, `mirror:`) is a matter of a module with a struct and a
-//! `validate` function called from [`Config::validate`]:
+//! Conventions every section follows, so adding one is a matter of a module
+//! with a struct and a `validate` function called from [`Config::validate`]:
 //!
 //! - `#[serde(default, deny_unknown_fields)]`: every key is optional, and a
 //!   misspelt key is an error rather than a silently ignored setting.
@@ -27,20 +37,31 @@
 //! - Units are in the values (`segment_age: 7d`), not in key names.
 //! - `validate` reports a problem as an [`Invalid`] carrying the dotted key
 //!   path of the offending value.
+//! - Maps keyed by name (`spool.topics`, `clusters`, `mirrors`) are
+//!   `BTreeMap`s, so the effective configuration prints in a stable order,
+//!   and refuse a name listed twice.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub mod admin;
+pub mod cluster;
 pub mod error;
+pub mod mirror;
+mod names;
 pub mod server;
 pub mod spool;
 pub mod units;
 
+pub use admin::AdminConfig;
+pub use cluster::ClusterConfig;
 pub use error::{ConfigError, Invalid};
+pub use mirror::{MirrorConfig, OnLostRecords, StartPosition, TopicFilter};
 pub use server::{BrokerConfig, ServerConfig};
 pub use spool::{Durability, SpoolConfig, TopicOverrides, TopicSpoolConfig};
 pub use units::{ByteSize, HumanDuration, UnitError};
@@ -63,6 +84,31 @@ pub struct Config {
     pub broker: BrokerConfig,
     /// Storage settings for local topics. See [`SpoolConfig`].
     pub spool: SpoolConfig,
+    /// Upstream Kafka clusters, by name: one or more of ASCII letters,
+    /// digits, `.`, `_` and `-`, and not `local` (Strait's own spool).
+    /// Default: none. See [`ClusterConfig`].
+    #[serde(deserialize_with = "unique_clusters")]
+    pub clusters: BTreeMap<String, ClusterConfig>,
+    /// The HTTP listener for metrics and health checks. See
+    /// [`AdminConfig`].
+    pub admin: AdminConfig,
+    /// Mirrors from one cluster of `clusters` to another, by name (the
+    /// same characters as cluster names). Default: none. See
+    /// [`MirrorConfig`].
+    #[serde(deserialize_with = "unique_mirrors")]
+    pub mirrors: BTreeMap<String, MirrorConfig>,
+}
+
+fn unique_clusters<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, ClusterConfig>, D::Error> {
+    names::unique_map(deserializer, "cluster", "list each cluster once")
+}
+
+fn unique_mirrors<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, MirrorConfig>, D::Error> {
+    names::unique_map(deserializer, "mirror", "list each mirror once")
 }
 
 impl Default for Config {
@@ -72,6 +118,9 @@ impl Default for Config {
             server: ServerConfig::default(),
             broker: BrokerConfig::default(),
             spool: SpoolConfig::default(),
+            clusters: BTreeMap::new(),
+            admin: AdminConfig::default(),
+            mirrors: BTreeMap::new(),
         }
     }
 }
@@ -114,26 +163,40 @@ impl Config {
 
     /// Checks values that parse but make no sense: sizes and intervals out
     /// of range, a batch limit larger than a segment, flush settings that
-    /// would have no effect, invalid topic names. Reports the first problem
-    /// found.
+    /// would have no effect, invalid topic names, mirrors naming unknown
+    /// clusters or able to write one target topic twice. Reports the first
+    /// problem found, in the order of the sections.
     pub fn validate(&self) -> Result<(), Invalid> {
         if self.data_dir.as_os_str().is_empty() {
             return Err(Invalid::new("data_dir", "must not be empty"));
         }
         self.server.validate("server")?;
         self.broker.validate("broker")?;
-        self.spool.validate("spool")
+        self.spool.validate("spool")?;
+        for (name, cluster) in &self.clusters {
+            cluster.validate(name, &format!("clusters.{name}"))?;
+        }
+        self.admin.validate("admin", &self.server)?;
+        mirror::validate(&self.mirrors, &self.clusters, "mirrors")
     }
 
     /// This configuration with every default written out, as Strait will
     /// use it. Per-topic overrides stay as written (absent keys inherit);
-    /// [`SpoolConfig::for_topic`] resolves them.
+    /// [`SpoolConfig::for_topic`] resolves them. A mirror's `group` is
+    /// filled in with its name when unset.
     pub fn effective(&self) -> Config {
         Config {
             data_dir: self.data_dir.clone(),
             server: self.server.clone(),
             broker: self.broker.clone(),
             spool: self.spool.effective(),
+            clusters: self.clusters.clone(),
+            admin: self.admin.clone(),
+            mirrors: self
+                .mirrors
+                .iter()
+                .map(|(name, mirror)| (name.clone(), mirror.effective(name)))
+                .collect(),
         }
     }
 
@@ -171,9 +234,10 @@ fn parse_error(origin: &str, error: serde_path_to_error::Error<serde_yaml::Error
     }
     // For a duplicate key serde reports the path of the enclosing map; name
     // the key itself, so the path reads `spool.segment_bytes`.
-    if let Some(key) =
-        quoted_after(&message, "duplicate field `").or_else(|| quoted_after(&message, "duplicate topic `"))
-    {
+    let duplicate = std::iter::once("field")
+        .chain(names::NOUNS)
+        .find_map(|noun| quoted_after(&message, &format!("duplicate {noun} `")));
+    if let Some(key) = duplicate {
         path = if path == "." {
             key.to_owned()
         } else {

@@ -64,20 +64,14 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// The listen address, parsed (valid after [`ServerConfig::validate`]).
     pub fn listen_addr(&self) -> Result<SocketAddr, String> {
-        self.listen.parse().map_err(|_| {
-            format!(
-                "`{}` is not an IP address and port (host names are not resolved): \
-                 write one such as 127.0.0.1:9092, or 0.0.0.0:9092 to accept from other hosts",
-                self.listen
-            )
-        })
+        parse_listen(&self.listen, 9092)
     }
 
     /// The advertised `(host, port)`: `advertised` if set, else the listen
     /// address.
     pub fn advertised_host_port(&self) -> Result<(String, u16), String> {
         match &self.advertised {
-            Some(advertised) => parse_host_port(advertised),
+            Some(advertised) => parse_host_port(advertised, ADVERTISED_ADVICE),
             None => {
                 let addr = self.listen_addr()?;
                 Ok((addr.ip().to_string(), addr.port()))
@@ -89,7 +83,8 @@ impl ServerConfig {
         self.listen_addr()
             .map_err(|m| Invalid::new(format!("{prefix}.listen"), m))?;
         if let Some(advertised) = &self.advertised {
-            parse_host_port(advertised).map_err(|m| Invalid::new(format!("{prefix}.advertised"), m))?;
+            parse_host_port(advertised, ADVERTISED_ADVICE)
+                .map_err(|m| Invalid::new(format!("{prefix}.advertised"), m))?;
         }
         if self.max_connections == 0 {
             return Err(Invalid::new(
@@ -117,16 +112,48 @@ impl ServerConfig {
     }
 }
 
-fn parse_host_port(value: &str) -> Result<(String, u16), String> {
-    let bad = || {
+/// Parses a listen address: an IP address and a port, as a socket is bound
+/// to (host names are not resolved). The message suggests addresses with
+/// `example_port`.
+pub(crate) fn parse_listen(value: &str, example_port: u16) -> Result<SocketAddr, String> {
+    value.parse().map_err(|_| {
         format!(
-            "`{value}` is not host:port: write the name or address and port clients should \
-             connect to, such as kafka.example.com:9092"
+            "`{value}` is not an IP address and port (host names are not resolved): write one \
+             such as 127.0.0.1:{example_port}, or 0.0.0.0:{example_port} to accept from other hosts"
         )
-    };
+    })
+}
+
+/// What to write instead of a bad `server.advertised`.
+const ADVERTISED_ADVICE: &str =
+    "write the name or address and port clients should connect to, such as kafka.example.com:9092";
+
+/// Parses `host:port`: a host name, an IPv4 address or a bracketed IPv6
+/// address (`[::1]:9092`, returned without brackets), and a port from 1 to
+/// 65535. A host name has only ASCII letters, digits, `.`, `_` and `-`, so
+/// that a list written as one value (`a:9092,b:9092`) is refused rather
+/// than taken for a host named `a:9092,b`. `advice` ends the message: what
+/// to write instead.
+pub(crate) fn parse_host_port(value: &str, advice: &str) -> Result<(String, u16), String> {
+    let bad = || format!("`{value}` is not host:port: {advice}");
     let (host, port) = value.rsplit_once(':').ok_or_else(bad)?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
     let port: u16 = port.parse().map_err(|_| bad())?;
+    let host = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(ipv6) if ipv6.parse::<std::net::Ipv6Addr>().is_ok() => ipv6,
+        Some(_) => return Err(bad()),
+        None if host.contains(':') => {
+            return Err(format!(
+                "`{value}` is not host:port: write an IPv6 address in brackets, such as [::1]:9092"
+            ))
+        }
+        None if host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) =>
+        {
+            host
+        }
+        None => return Err(bad()),
+    };
     if host.is_empty() || port == 0 {
         return Err(bad());
     }
@@ -307,11 +334,30 @@ mod tests {
 
     #[test]
     fn advertised_names_and_ipv6() {
+        let parse = |value| parse_host_port(value, ADVERTISED_ADVICE);
         assert_eq!(
-            parse_host_port("kafka.example.com:9093").unwrap(),
+            parse("kafka.example.com:9093").unwrap(),
             ("kafka.example.com".into(), 9093)
         );
-        assert_eq!(parse_host_port("[::1]:9092").unwrap(), ("::1".into(), 9092));
-        assert!(parse_host_port("nohost").is_err());
+        assert_eq!(parse("10.0.0.7:9092").unwrap(), ("10.0.0.7".into(), 9092));
+        assert_eq!(parse("[::1]:9092").unwrap(), ("::1".into(), 9092));
+        assert_eq!(
+            parse("nohost").unwrap_err(),
+            "`nohost` is not host:port: write the name or address and port clients should \
+             connect to, such as kafka.example.com:9092"
+        );
+        for bad in [
+            "kafka:0",
+            "kafka:port",
+            ":9092",
+            "[kafka]:9092",
+            "a b:9092",
+            "a:9092,b:9092",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        assert!(parse("::1:9092")
+            .unwrap_err()
+            .contains("IPv6 address in brackets"));
     }
 }

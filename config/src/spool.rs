@@ -2,11 +2,9 @@
 //! for every topic and per-topic overrides, and [`SpoolConfig::for_topic`]
 //! to resolve the two into the plain values the spool uses.
 
-use std::collections::btree_map::{BTreeMap, Entry};
-use std::fmt;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::error::Invalid;
@@ -199,45 +197,16 @@ where
     Option::<T>::deserialize(deserializer).map(Some)
 }
 
-/// Deserializes the `topics` map, rejecting a topic listed twice (YAML
-/// parsers otherwise keep the last entry and silently drop the first).
+/// Deserializes the `topics` map, rejecting a topic listed twice.
 fn unique_topics<'de, D>(deserializer: D) -> Result<BTreeMap<String, TopicOverrides>, D::Error>
 where
     D: Deserializer<'de>,
 {
-    struct TopicsVisitor;
-
-    impl<'de> Visitor<'de> for TopicsVisitor {
-        type Value = BTreeMap<String, TopicOverrides>;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a map from topic name to overrides")
-        }
-
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(BTreeMap::new())
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut topics = BTreeMap::new();
-            while let Some((topic, overrides)) = map.next_entry::<String, TopicOverrides>()? {
-                match topics.entry(topic) {
-                    Entry::Vacant(entry) => {
-                        entry.insert(overrides);
-                    }
-                    Entry::Occupied(entry) => {
-                        return Err(de::Error::custom(format!(
-                            "duplicate topic `{}`: list each topic once, with all its overrides",
-                            entry.key()
-                        )));
-                    }
-                }
-            }
-            Ok(topics)
-        }
-    }
-
-    deserializer.deserialize_map(TopicsVisitor)
+    crate::names::unique_map(
+        deserializer,
+        "topic",
+        "list each topic once, with all its overrides",
+    )
 }
 
 /// The spool settings of one topic, resolved: the topic's overrides merged

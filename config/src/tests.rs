@@ -41,6 +41,11 @@ fn empty_documents_are_the_default() {
         "spool:\n",
         "spool: {}\n",
         "spool:\n  topics:\n",
+        "clusters:\n",
+        "clusters: {}\nmirrors: {}\n",
+        "mirrors:\n",
+        "admin:\n",
+        "admin:\n  listen: null\n",
     ] {
         assert_eq!(parse(text), Config::default(), "{text:?}");
     }
@@ -63,7 +68,13 @@ fn misspelt_key() {
     check_error(
         "spol: {}\n",
         "spol",
-        "unknown field `spol`, expected one of `data_dir`, `server`, `broker`, `spool`",
+        "unknown field `spol`, expected one of `data_dir`, `server`, `broker`, `spool`, \
+         `clusters`, `admin`, `mirrors`",
+    );
+    check_error(
+        "mirror: {}\n",
+        "mirror",
+        "unknown field `mirror`, expected one of",
     );
     check_error(
         "spool:\n  topics:\n    payments:\n      retention: 30d\n",
@@ -312,6 +323,67 @@ spool:
   flush_interval: 1s
   flush_bytes: null
   topics: {}
+clusters: {}
+admin:
+  listen: null
+  partition_labels: true
+mirrors: {}
+"
+    );
+}
+
+#[test]
+fn to_yaml_writes_every_default_of_clusters_and_mirrors() {
+    let config = parse(
+        "
+clusters:
+  nj: { bootstrap: [\"kafka-nj-1:9092\"] }
+  cq: { bootstrap: [\"kafka-cq-1:9092\", \"kafka-cq-2:9092\"], client_id: strait-cq }
+admin:
+  listen: 127.0.0.1:9644
+mirrors:
+  nj-to-cq: { source: nj, target: cq, topics: \"orders|payments\", rename: \"nj.{topic}\" }
+",
+    );
+    let yaml = config.to_yaml();
+    let sections = &yaml[yaml.find("clusters:").expect("clusters are written")..];
+    assert_eq!(
+        sections,
+        "\
+clusters:
+  cq:
+    bootstrap:
+    - kafka-cq-1:9092
+    - kafka-cq-2:9092
+    client_id: strait-cq
+    connect_timeout: 10s
+    request_timeout: 30s
+    metadata_refresh: 5m
+    max_bytes_in_flight: 64MiB
+  nj:
+    bootstrap:
+    - kafka-nj-1:9092
+    client_id: strait
+    connect_timeout: 10s
+    request_timeout: 30s
+    metadata_refresh: 5m
+    max_bytes_in_flight: 64MiB
+admin:
+  listen: 127.0.0.1:9644
+  partition_labels: true
+mirrors:
+  nj-to-cq:
+    source: nj
+    target: cq
+    topics: orders|payments
+    exclude: __.*
+    rename: nj.{topic}
+    group: nj-to-cq
+    commit_interval: 1s
+    start: earliest
+    discovery_interval: 10s
+    max_bytes_in_flight: 64MiB
+    on_lost_records: continue
 "
     );
 }
@@ -351,6 +423,42 @@ spool:
       durability: interval
       flush_interval: 1500ms
 ",
+        r#"
+clusters:
+  nj: { bootstrap: ["kafka-nj-1:9092", "[::1]:9093"] }
+  ny: { bootstrap: ["10.0.0.1:9092"], metadata_refresh: 30s, max_bytes_in_flight: 1MiB }
+  cq:
+    bootstrap: ["kafka-cq-1:9092"]
+    client_id: "strait mirror \u00e9"
+    connect_timeout: 1500ms
+    request_timeout: 1m
+admin:
+  listen: "[::]:9644"
+  partition_labels: false
+mirrors:
+  nj-to-cq:
+    source: nj
+    target: cq
+    topics: "orders|payments|audit\\..*"
+    rename: "nj.{topic}"
+  ny-to-cq:
+    source: ny
+    target: cq
+    topics: "(?x) .* # everything"
+    exclude: ""
+    rename: "ny.{topic}"
+    group: "legacy:mm2"
+    commit_interval: 250ms
+    start: latest
+    discovery_interval: 1m
+    max_bytes_in_flight: 1GiB
+    on_lost_records: stop
+  '0':
+    source: cq
+    target: cq
+    topics: "orders|payments"
+    rename: "{topic}.{topic}.backup"
+"#,
     ];
     for text in texts {
         let config = parse(text);
@@ -364,6 +472,15 @@ spool:
                 config.spool.for_topic(topic),
                 "{topic}"
             );
+        }
+        for (name, mirror) in &config.mirrors {
+            let back = &again.mirrors[name];
+            assert_eq!(back.group_id(name), mirror.group_id(name), "{name}");
+            let (before, after) = (mirror.topic_filter(), back.topic_filter());
+            for topic in ["orders", "audit.eu", "abc", "__consumer_offsets", "x.y"] {
+                assert_eq!(after.matches(topic), before.matches(topic), "{name} {topic}");
+                assert_eq!(back.target_topic(topic), mirror.target_topic(topic));
+            }
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use strait_config::{Config, Durability};
+use strait_config::{Config, Durability, OnLostRecords, StartPosition};
 
 #[test]
 fn every_example_is_valid() {
@@ -23,7 +23,7 @@ fn every_example_is_valid() {
     checked.sort();
     assert_eq!(
         checked,
-        ["durable.yaml", "minimal.yaml", "retention.yaml"],
+        ["durable.yaml", "minimal.yaml", "mirror.yaml", "retention.yaml"],
         "update this list when adding examples"
     );
 }
@@ -70,4 +70,29 @@ fn retention_overrides_per_topic() {
     let other = spool.for_topic("orders");
     assert_eq!(other.retention_age.map(|d| d.as_secs()), Some(3 * day));
     assert_eq!(other.flush_bytes, Some(64 << 20));
+}
+
+#[test]
+fn mirror_copies_some_topics_under_a_prefix() {
+    let config = load("mirror.yaml");
+    assert_eq!(config.clusters.keys().collect::<Vec<_>>(), ["cq", "nj"]);
+    assert_eq!(config.clusters["nj"].bootstrap.len(), 2);
+    assert_eq!(
+        config.admin.listen_addr().unwrap(),
+        Some("127.0.0.1:9644".parse().unwrap())
+    );
+
+    let mirror = &config.mirrors["nj-to-cq"];
+    assert_eq!((mirror.source.as_str(), mirror.target.as_str()), ("nj", "cq"));
+    let filter = mirror.topic_filter();
+    for topic in ["orders", "payments", "audit.eu"] {
+        assert!(filter.matches(topic), "{topic}");
+    }
+    for topic in ["orders-old", "audit", "__consumer_offsets"] {
+        assert!(!filter.matches(topic), "{topic}");
+    }
+    assert_eq!(mirror.target_topic("audit.eu"), "nj.audit.eu");
+    assert_eq!(mirror.group_id("nj-to-cq"), "nj-to-cq");
+    assert_eq!(mirror.start, StartPosition::Earliest);
+    assert_eq!(mirror.on_lost_records, OnLostRecords::Continue);
 }

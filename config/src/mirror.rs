@@ -1,0 +1,438 @@
+//! The `mirrors:` section: which topics to copy from one cluster of
+//! `clusters:` to another, under which names, and from where a partition
+//! begins. The mirror (in progress) reads these settings.
+//!
+//! Besides checking each mirror, [`Config::validate`](crate::Config::validate)
+//! checks the mirrors together: no two may write the same target topic, and
+//! no mirror within one cluster may select a topic it writes itself. See
+//! the `overlap` module for how.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{check_bytes_in_flight, ClusterConfig, DEFAULT_MAX_BYTES_IN_FLIGHT};
+use crate::error::Invalid;
+use crate::names::check_name;
+use crate::units::{ByteSize, HumanDuration};
+
+mod overlap;
+
+use overlap::{NameMap, Overlap, Template};
+
+#[cfg(test)]
+mod tests;
+
+/// Default `exclude`: `__.*`, Kafka's internal topics
+/// (`__consumer_offsets`, `__transaction_state`).
+pub const DEFAULT_EXCLUDE: &str = "__.*";
+/// Default `rename`: `{topic}`, the source topic's own name.
+pub const DEFAULT_RENAME: &str = "{topic}";
+/// Default `commit_interval`: 1 second.
+pub const DEFAULT_COMMIT_INTERVAL: HumanDuration = HumanDuration::secs(1);
+/// Default `discovery_interval`: 10 seconds.
+pub const DEFAULT_DISCOVERY_INTERVAL: HumanDuration = HumanDuration::secs(10);
+
+/// Where a mirror begins a partition for which its group has no committed
+/// position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartPosition {
+    /// At the partition's log start: everything the source still holds is
+    /// copied.
+    #[default]
+    Earliest,
+    /// At the partition's end: only records written from then on.
+    Latest,
+}
+
+/// What a mirror does when the source cluster's retention deleted records
+/// before they were copied (its position fell below the log start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLostRecords {
+    /// Log it loudly, count the lost records, and go on from the log start.
+    #[default]
+    Continue,
+    /// Stop mirroring that partition until an operator steps in.
+    Stop,
+}
+
+/// One entry of `mirrors:`, keyed by the mirror's name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MirrorConfig {
+    /// The cluster to copy from: a name under `clusters:`. Required.
+    pub source: String,
+    /// The cluster to copy to: a name under `clusters:`. Required. It may
+    /// be `source` only with a `rename` that changes names.
+    pub target: String,
+    /// Regular expression of the source topics to copy, matched against
+    /// the whole name, as MirrorMaker's whitelist (Java's `matches()`):
+    /// `orders|payments` selects those two topics, not `orders-eu`.
+    /// Required. The syntax is Rust's `regex` crate's (no look-around or
+    /// back-references).
+    pub topics: String,
+    /// Regular expression of topics not to copy even when `topics` selects
+    /// them, also matched against the whole name. Default `__.*`: Kafka's
+    /// internal topics. `""` excludes nothing.
+    pub exclude: String,
+    /// The target topic's name, in which `{topic}` stands for the source
+    /// topic's name: `nj.{topic}` copies `orders` to `nj.orders`. Default
+    /// `{topic}`, the same name. Must hold `{topic}` (at least once) and
+    /// otherwise only topic name characters.
+    pub rename: String,
+    /// The consumer group on the source cluster that holds the mirror's
+    /// committed positions. Default: the mirror's name (the effective
+    /// configuration writes it out). Each mirror on a source cluster needs
+    /// a group of its own.
+    pub group: Option<String>,
+    /// Commit positions to `group` at least this often. Default `1s`; must
+    /// be positive.
+    pub commit_interval: HumanDuration,
+    /// Where a partition with no committed position begins: `earliest` or
+    /// `latest`. Default `earliest`.
+    pub start: StartPosition,
+    /// Look for new topics and partitions on the source this often.
+    /// Default `10s`; must be positive.
+    pub discovery_interval: HumanDuration,
+    /// Most record bytes read from the source and not yet acknowledged by
+    /// the target. Default `64MiB`; at least `1MiB`.
+    pub max_bytes_in_flight: ByteSize,
+    /// When source retention deleted records before they were copied:
+    /// `continue` (log them, count them, go on from the log start) or
+    /// `stop`. Default `continue`.
+    pub on_lost_records: OnLostRecords,
+}
+
+impl Default for MirrorConfig {
+    /// The defaults, with no `source`, `target` or `topics` (which a mirror
+    /// must set).
+    fn default() -> Self {
+        MirrorConfig {
+            source: String::new(),
+            target: String::new(),
+            topics: String::new(),
+            exclude: DEFAULT_EXCLUDE.to_owned(),
+            rename: DEFAULT_RENAME.to_owned(),
+            group: None,
+            commit_interval: DEFAULT_COMMIT_INTERVAL,
+            start: StartPosition::default(),
+            discovery_interval: DEFAULT_DISCOVERY_INTERVAL,
+            max_bytes_in_flight: DEFAULT_MAX_BYTES_IN_FLIGHT,
+            on_lost_records: OnLostRecords::default(),
+        }
+    }
+}
+
+/// A mirror's `topics` and `exclude`, compiled: which source topics it
+/// copies.
+#[derive(Debug, Clone)]
+pub struct TopicFilter {
+    include: Regex,
+    exclude: Regex,
+}
+
+impl TopicFilter {
+    /// Compiles `topics` and `exclude` to match whole names. An error says
+    /// which of the two is wrong: `Err(("topics", error))`.
+    pub(crate) fn new(topics: &str, exclude: &str) -> Result<TopicFilter, (&'static str, regex::Error)> {
+        Ok(TopicFilter {
+            include: full_match(topics).map_err(|e| ("topics", e))?,
+            exclude: full_match(exclude).map_err(|e| ("exclude", e))?,
+        })
+    }
+
+    /// Whether the mirror copies `topic`: `topics` matches the whole name
+    /// and `exclude` does not.
+    pub fn matches(&self, topic: &str) -> bool {
+        self.include.is_match(topic) && !self.exclude.is_match(topic)
+    }
+}
+
+/// `pattern` compiled to match only whole names, as `^(?:pattern)$`. An
+/// error points into `pattern` as written.
+fn full_match(pattern: &str) -> Result<Regex, regex::Error> {
+    Regex::new(pattern)?;
+    Regex::new(&format!("^{}$", overlap::group(pattern)))
+}
+
+impl MirrorConfig {
+    /// The compiled `topics` and `exclude`.
+    ///
+    /// # Panics
+    ///
+    /// If either does not compile, which
+    /// [`Config::validate`](crate::Config::validate) rules out.
+    pub fn topic_filter(&self) -> TopicFilter {
+        TopicFilter::new(&self.topics, &self.exclude)
+            .unwrap_or_else(|(key, error)| panic!("mirror {key} regex was not validated: {error}"))
+    }
+
+    /// The target topic's name for `source_topic`: `rename` with every
+    /// `{topic}` replaced by it.
+    pub fn target_topic(&self, source_topic: &str) -> String {
+        self.rename.replace(overlap::PLACEHOLDER, source_topic)
+    }
+
+    /// The consumer group holding the positions of this mirror, whose name
+    /// (its key under `mirrors:`) is `name`: `group`, or `name` when unset.
+    /// In the [effective](crate::Config::effective) configuration `group`
+    /// is always set.
+    pub fn group_id(&self, name: &str) -> String {
+        self.group.clone().unwrap_or_else(|| name.to_owned())
+    }
+
+    /// This mirror with its default group written out.
+    pub(crate) fn effective(&self, name: &str) -> MirrorConfig {
+        MirrorConfig {
+            group: Some(self.group_id(name)),
+            ..self.clone()
+        }
+    }
+
+    /// Checks this mirror alone (its name, clusters, regexes, rename,
+    /// group and bounds) and returns its compiled filter and rename.
+    fn validate<'a>(
+        &'a self,
+        name: &str,
+        prefix: &str,
+        clusters: &BTreeMap<String, ClusterConfig>,
+    ) -> Result<(TopicFilter, Template<'a>), Invalid> {
+        let path = |key: &str| format!("{prefix}.{key}");
+        check_name(name)
+            .map_err(|why| Invalid::new(prefix, format!("invalid mirror name `{name}`: {why}")))?;
+        for (key, cluster, role) in [
+            ("source", &self.source, "copy from"),
+            ("target", &self.target, "copy to"),
+        ] {
+            if cluster.is_empty() {
+                return Err(Invalid::new(
+                    path(key),
+                    format!("required: the cluster to {role}, {}", ClusterList(clusters)),
+                ));
+            }
+            if !clusters.contains_key(cluster) {
+                return Err(Invalid::new(
+                    path(key),
+                    format!("unknown cluster `{cluster}`: {}", ClusterList(clusters)),
+                ));
+            }
+        }
+        if self.topics.is_empty() {
+            return Err(Invalid::new(
+                path("topics"),
+                "required: a regular expression of the source topics to copy, such as \
+                 `orders|payments` or `.*`",
+            ));
+        }
+        let filter = TopicFilter::new(&self.topics, &self.exclude).map_err(|(key, error)| {
+            let detail = error.to_string();
+            let detail = detail.strip_prefix("regex parse error:").unwrap_or(&detail);
+            let detail = detail
+                .strip_prefix('\n')
+                .map_or(format!(" {detail}"), |d| format!("\n{d}"));
+            Invalid::new(path(key), format!("invalid regular expression:{detail}"))
+        })?;
+        let template =
+            Template::parse(&self.rename, &self.source).map_err(|m| Invalid::new(path("rename"), m))?;
+        if let Some(group) = &self.group {
+            if group.is_empty() {
+                return Err(Invalid::new(
+                    path("group"),
+                    format!("must not be empty; leave it out to use the mirror's name `{name}`"),
+                ));
+            }
+            if group.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(Invalid::new(
+                    path("group"),
+                    format!("`{group}` holds a space or a control character"),
+                ));
+            }
+        }
+        for (key, value) in [
+            ("commit_interval", self.commit_interval),
+            ("discovery_interval", self.discovery_interval),
+        ] {
+            if value.is_zero() {
+                return Err(Invalid::new(path(key), "must be positive"));
+            }
+        }
+        check_bytes_in_flight(self.max_bytes_in_flight, &path("max_bytes_in_flight"))?;
+        if self.source == self.target {
+            self.check_not_into_itself(prefix, &filter, &template)?;
+        }
+        Ok((filter, template))
+    }
+
+    /// For a mirror within one cluster: refuses a rename that keeps names
+    /// (every topic copied onto itself), and `topics` that select a topic
+    /// the mirror writes (it would copy its copies, without end).
+    fn check_not_into_itself(
+        &self,
+        prefix: &str,
+        filter: &TopicFilter,
+        template: &Template<'_>,
+    ) -> Result<(), Invalid> {
+        let cluster = &self.source;
+        if template.is_identity() {
+            return Err(Invalid::new(
+                format!("{prefix}.target"),
+                format!(
+                    "`{cluster}` is also the source, and rename `{}` keeps every name: each topic \
+                     would be copied onto itself; name another cluster, or set a rename such as \
+                     `copy.{{topic}}`",
+                    self.rename
+                ),
+            ));
+        }
+        let writes = NameMap {
+            include: &self.topics,
+            exclude: &self.exclude,
+            filter,
+            template,
+        };
+        let identity = Template::parse(DEFAULT_RENAME, "").expect("the default rename parses");
+        let reads = NameMap {
+            template: &identity,
+            ..writes
+        };
+        // Every name the mirror writes begins with the rename's prefix and
+        // ends with its suffix; without either, suggest a prefix.
+        let own = match (template.prefix(), template.suffix()) {
+            ("", "") => "a prefix to the rename, such as `copy.{topic}`, and `copy\\..*`".to_owned(),
+            (prefix, suffix) => format!("`{}.*{}`", regex::escape(prefix), regex::escape(suffix)),
+        };
+        let message = match overlap::overlap(writes, reads) {
+            Overlap::Disjoint => return Ok(()),
+            Overlap::Example { target, a, .. } => format!(
+                "mirror would copy its own copies: it writes `{a}` to `{target}` on the same \
+                 cluster `{cluster}`, and `topics` selects `{target}` too (then `{}`, and so on); \
+                 narrow `topics`, or add {own} to `exclude`",
+                self.target_topic(&target)
+            ),
+            Overlap::Unknown(why) => format!(
+                "mirror copies within cluster `{cluster}` (rename `{}`), and Strait cannot prove \
+                 that `topics` never selects a topic it writes ({why}); add {own} to `exclude`",
+                self.rename
+            ),
+        };
+        Err(Invalid::new(format!("{prefix}.topics"), message))
+    }
+}
+
+/// The clusters a mirror can name, for messages: ``one of `cq`, `nj` ``,
+/// or a hint that `clusters:` is empty.
+struct ClusterList<'a>(&'a BTreeMap<String, ClusterConfig>);
+
+impl fmt::Display for ClusterList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("but `clusters:` names none; add the cluster there");
+        }
+        f.write_str("one of ")?;
+        for (i, name) in self.0.keys().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "`{name}`")?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks every mirror, then the mirrors together: two mirrors reading one
+/// source cluster need distinct groups, and two mirrors writing one target
+/// cluster must not be able to write the same topic. `prefix` is the key
+/// path of the section (`mirrors`).
+pub(crate) fn validate(
+    mirrors: &BTreeMap<String, MirrorConfig>,
+    clusters: &BTreeMap<String, ClusterConfig>,
+    prefix: &str,
+) -> Result<(), Invalid> {
+    let mut checked = Vec::with_capacity(mirrors.len());
+    for (name, mirror) in mirrors {
+        let (filter, template) = mirror.validate(name, &format!("{prefix}.{name}"), clusters)?;
+        checked.push((name, mirror, filter, template));
+    }
+    for (j, (b_name, b, b_filter, b_template)) in checked.iter().enumerate() {
+        for (a_name, a, a_filter, a_template) in &checked[..j] {
+            if a.source == b.source && a.group_id(a_name) == b.group_id(b_name) {
+                let (blamed, other) = if b.group.is_some() {
+                    (b_name, a_name)
+                } else {
+                    (a_name, b_name)
+                };
+                return Err(Invalid::new(
+                    format!("{prefix}.{blamed}.group"),
+                    format!(
+                        "`{}` is also the group of mirror `{other}` on cluster `{}`; each mirror \
+                         keeps its positions in a group of its own",
+                        b.group_id(b_name),
+                        b.source
+                    ),
+                ));
+            }
+            if a.target != b.target {
+                continue;
+            }
+            let first = NameMap {
+                include: &a.topics,
+                exclude: &a.exclude,
+                filter: a_filter,
+                template: a_template,
+            };
+            let second = NameMap {
+                include: &b.topics,
+                exclude: &b.exclude,
+                filter: b_filter,
+                template: b_template,
+            };
+            let (x, y) = suggested_prefixes((a_name, &a.source), (b_name, &b.source));
+            let advice = format!(
+                "give each mirror a rename prefix of its own, such as `{x}.{{topic}}` and \
+                 `{y}.{{topic}}`"
+            );
+            let target = &b.target;
+            let message = match overlap::overlap(first, second) {
+                Overlap::Disjoint => continue,
+                Overlap::Example {
+                    target: topic,
+                    a: from_a,
+                    b: from_b,
+                } => format!(
+                    "mirrors `{a_name}` and `{b_name}` can both write topic `{topic}` on cluster \
+                     `{target}` (`{a_name}` copying `{from_a}` from `{}`, `{b_name}` copying \
+                     `{from_b}` from `{}`); {advice}, or `topics` that do not overlap",
+                    a.source, b.source
+                ),
+                Overlap::Unknown(why) => format!(
+                    "mirrors `{a_name}` and `{b_name}` both write to cluster `{target}`, and their \
+                     renames (`{}` and `{}`) can give two source topics the same name there; \
+                     Strait cannot prove that their `topics` never select such a pair ({why}); \
+                     {advice}",
+                    a.rename, b.rename
+                ),
+            };
+            return Err(Invalid::new(format!("{prefix}.{b_name}.rename"), message));
+        }
+    }
+    Ok(())
+}
+
+/// Two rename prefixes to suggest for mirrors `a` and `b` (each a name and
+/// a source cluster) that would keep their names apart: the source
+/// clusters' names when they differ, else the mirrors' names, as long as
+/// neither `x.` begins `y.`.
+fn suggested_prefixes<'a>(a: (&'a str, &'a str), b: (&'a str, &'a str)) -> (&'a str, &'a str) {
+    let apart = |x: &str, y: &str| {
+        let (x, y) = (format!("{x}."), format!("{y}."));
+        !x.starts_with(&y) && !y.starts_with(&x)
+    };
+    [(a.1, b.1), (a.0, b.0)]
+        .into_iter()
+        .find(|&(x, y)| apart(x, y))
+        .unwrap_or(("one", "two"))
+}
