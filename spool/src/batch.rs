@@ -3,7 +3,10 @@
 //! The spool stores batches exactly as a producer sent them. The only bytes it
 //! ever changes are the base offset and the partition leader epoch, which lie
 //! outside the CRC-32C, so a stored batch still carries the producer's
-//! checksum. Records are never decoded here.
+//! checksum. The spool never decodes records; the decoders here
+//! ([`parse_records`], and [`parse_raw_records`], which keeps headers and
+//! every byte the mirror needs to build a record anew) serve the broker's
+//! timestamp lookups, the dump tool and the mirror.
 //!
 //! Layout of the 61-byte header (all integers big-endian):
 //!
@@ -335,6 +338,10 @@ pub enum RecordError {
         /// What does not fit.
         what: &'static str,
     },
+    /// Bytes follow the last record the header counts (Kafka's readers
+    /// refuse such a batch too). Only [`parse_raw_records`] checks this.
+    #[error("{0} bytes follow the last record")]
+    TrailingBytes(usize),
 }
 
 /// Decodes the records of the uncompressed batch at the start of `batch`
@@ -423,6 +430,154 @@ pub fn parse_records(section: &[u8], count: i32) -> Result<Vec<Record<'_>>, Reco
             key,
             value,
         });
+    }
+    Ok(out)
+}
+
+/// One record with everything it carries, headers included, as
+/// [`parse_raw_records`] finds it: enough to encode it again unchanged or
+/// with other deltas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawRecord<'a> {
+    /// The record's attribute byte (Kafka defines no bit of it yet; kept as
+    /// found).
+    pub attributes: u8,
+    /// Timestamp minus the batch's base timestamp.
+    pub timestamp_delta: i64,
+    /// Offset minus the batch's base offset.
+    pub offset_delta: i64,
+    /// The key, `None` when null.
+    pub key: Option<&'a [u8]>,
+    /// The value, `None` when null.
+    pub value: Option<&'a [u8]>,
+    /// The headers, checked and still encoded.
+    pub headers: Headers<'a>,
+}
+
+/// A record's headers as they are encoded: a count, then for each a key
+/// (varint length, never null) and a value (varint length, -1 for null).
+/// [`parse_raw_records`] has checked that `raw` holds exactly `len()` of
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Headers<'a> {
+    count: usize,
+    raw: &'a [u8],
+}
+
+impl<'a> Headers<'a> {
+    /// Number of headers.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The encoded headers after their count, to copy into a new record
+    /// (after a varint count of [`Headers::len`]).
+    pub fn raw(&self) -> &'a [u8] {
+        self.raw
+    }
+
+    /// The headers, decoded, in order.
+    pub fn iter(&self) -> HeaderIter<'a> {
+        HeaderIter {
+            rest: self.raw,
+            left: self.count,
+        }
+    }
+}
+
+/// One record header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header<'a> {
+    /// The key (a UTF-8 string by Kafka's contract, not checked here).
+    pub key: &'a [u8],
+    /// The value, `None` when null.
+    pub value: Option<&'a [u8]>,
+}
+
+/// Iterator over [`Headers`].
+#[derive(Debug, Clone)]
+pub struct HeaderIter<'a> {
+    rest: &'a [u8],
+    left: usize,
+}
+
+impl<'a> Iterator for HeaderIter<'a> {
+    type Item = Header<'a>;
+
+    fn next(&mut self) -> Option<Header<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        // Checked by parse_raw_records, so this never stops early.
+        let (header, rest) = read_header(self.rest)?;
+        self.rest = rest;
+        self.left -= 1;
+        Some(header)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.left))
+    }
+}
+
+/// Reads one header off the front of `buf`: key (never null), value.
+fn read_header(mut buf: &[u8]) -> Option<(Header<'_>, &[u8])> {
+    let key = read_bytes(&mut buf)??;
+    let value = read_bytes(&mut buf)?;
+    Some((Header { key, value }, buf))
+}
+
+/// Decodes `count` records from an uncompressed records section, keeping
+/// every field, headers included (see [`RawRecord`]). Stricter than
+/// [`parse_records`], as Kafka's own readers are: each record must end
+/// exactly where its length says, header keys must not be null, and no
+/// bytes may follow the last record.
+pub fn parse_raw_records(section: &[u8], count: i32) -> Result<Vec<RawRecord<'_>>, RecordError> {
+    let mut rest = section;
+    let mut out = Vec::with_capacity((count.max(0) as usize).min(rest.len() / 7));
+    for index in 0..count {
+        let bad = |what| RecordError::Malformed { index, what };
+        let length = read_varint(&mut rest).ok_or(bad("bad length"))?;
+        let mut record = usize::try_from(length)
+            .ok()
+            .and_then(|l| rest.get(..l))
+            .ok_or(bad("overruns the batch"))?;
+        rest = &rest[record.len()..];
+        let (&attributes, tail) = record.split_first().ok_or(bad("empty"))?;
+        record = tail;
+        let timestamp_delta = read_varint(&mut record).ok_or(bad("bad timestamp delta"))?;
+        let offset_delta = read_varint(&mut record).ok_or(bad("bad offset delta"))?;
+        let key = read_bytes(&mut record).ok_or(bad("bad key"))?;
+        let value = read_bytes(&mut record).ok_or(bad("bad value"))?;
+        let header_count = read_varint(&mut record).ok_or(bad("bad header count"))?;
+        let header_count = usize::try_from(header_count).map_err(|_| bad("negative header count"))?;
+        let raw = record;
+        for _ in 0..header_count {
+            let (_, after) = read_header(record).ok_or(bad("bad header"))?;
+            record = after;
+        }
+        if !record.is_empty() {
+            return Err(bad("bytes left over after its headers"));
+        }
+        out.push(RawRecord {
+            attributes,
+            timestamp_delta,
+            offset_delta,
+            key,
+            value,
+            headers: Headers {
+                count: header_count,
+                raw,
+            },
+        });
+    }
+    if !rest.is_empty() {
+        return Err(RecordError::TrailingBytes(rest.len()));
     }
     Ok(out)
 }
@@ -636,6 +791,147 @@ mod tests {
             records(&gzip).unwrap_err(),
             RecordError::Compressed(Compression::Gzip)
         );
+    }
+
+    fn zigzag(out: &mut Vec<u8>, value: i64) {
+        let mut v = ((value << 1) ^ (value >> 63)) as u64;
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    fn field(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
+        match bytes {
+            None => zigzag(out, -1),
+            Some(b) => {
+                zigzag(out, b.len() as i64);
+                out.extend_from_slice(b);
+            }
+        }
+    }
+
+    /// One record as Kafka encodes it, headers included.
+    fn encoded_record(
+        ts: i64,
+        od: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&[u8], Option<&[u8]>)],
+    ) -> Vec<u8> {
+        let mut body = vec![0];
+        zigzag(&mut body, ts);
+        zigzag(&mut body, od);
+        field(&mut body, key);
+        field(&mut body, value);
+        zigzag(&mut body, headers.len() as i64);
+        for (k, v) in headers {
+            field(&mut body, Some(k));
+            field(&mut body, *v);
+        }
+        let mut out = Vec::new();
+        zigzag(&mut out, body.len() as i64);
+        out.extend(body);
+        out
+    }
+
+    #[test]
+    fn raw_records_keep_keys_and_headers() {
+        let mut section = encoded_record(
+            0,
+            0,
+            Some(b"k1"),
+            Some(b"v1"),
+            &[(b"h", Some(b"x")), (b"n", None)],
+        );
+        section.extend(encoded_record(-5, 3, None, None, &[]));
+        section.extend(encoded_record(
+            300,
+            4,
+            Some(b""),
+            Some(&[7; 200]),
+            &[(b"", Some(b""))],
+        ));
+        let records = parse_raw_records(&section, 3).unwrap();
+        assert_eq!(records.len(), 3);
+        let r = &records[0];
+        assert_eq!((r.attributes, r.timestamp_delta, r.offset_delta), (0, 0, 0));
+        assert_eq!((r.key, r.value), (Some(&b"k1"[..]), Some(&b"v1"[..])));
+        assert_eq!(r.headers.len(), 2);
+        let headers: Vec<Header<'_>> = r.headers.iter().collect();
+        assert_eq!(
+            headers,
+            [
+                Header {
+                    key: b"h",
+                    value: Some(b"x")
+                },
+                Header {
+                    key: b"n",
+                    value: None
+                }
+            ]
+        );
+        assert_eq!(r.headers.raw(), b"\x02h\x02x\x02n\x01");
+        assert_eq!((records[1].timestamp_delta, records[1].offset_delta), (-5, 3));
+        assert_eq!((records[1].key, records[1].value), (None, None));
+        assert!(records[1].headers.is_empty());
+        assert_eq!(records[1].headers.iter().count(), 0);
+        assert_eq!(records[2].value, Some(&[7u8; 200][..]));
+        assert_eq!(records[2].headers.iter().next().unwrap().value, Some(&b""[..]));
+        // The lenient decoder agrees on what both read.
+        let plain = parse_records(&section, 3).unwrap();
+        for (p, r) in plain.iter().zip(&records) {
+            assert_eq!(
+                (p.timestamp_delta, p.offset_delta, p.key, p.value),
+                (r.timestamp_delta, r.offset_delta, r.key, r.value)
+            );
+        }
+    }
+
+    #[test]
+    fn raw_records_refuse_what_kafka_refuses() {
+        let good = encoded_record(0, 0, None, Some(b"v"), &[(b"h", Some(b"x"))]);
+        assert!(parse_raw_records(&good, 1).is_ok());
+        // Bytes after the last record.
+        let trailing = [good.clone(), vec![0, 0]].concat();
+        assert_eq!(
+            parse_raw_records(&trailing, 1),
+            Err(RecordError::TrailingBytes(2))
+        );
+        assert!(
+            parse_records(&trailing, 1).is_ok(),
+            "the lenient decoder takes it"
+        );
+        // A record longer than its fields (one byte appended inside).
+        let mut long = good.clone();
+        long[0] += 2; // zigzag length + 1
+        long.push(0);
+        assert!(matches!(
+            parse_raw_records(&long, 1),
+            Err(RecordError::Malformed { index: 0, .. })
+        ));
+        // A null header key.
+        let mut null_key = vec![0, 0, 0, 1, 0, 2];
+        zigzag(&mut null_key, -1);
+        zigzag(&mut null_key, -1);
+        let mut framed = Vec::new();
+        zigzag(&mut framed, null_key.len() as i64);
+        framed.extend(null_key);
+        assert!(matches!(
+            parse_raw_records(&framed, 1),
+            Err(RecordError::Malformed {
+                what: "bad header",
+                ..
+            })
+        ));
+        // Every cut of a good record is an error, never a panic.
+        for cut in 0..good.len() {
+            assert!(parse_raw_records(&good[..cut], 1).is_err(), "cut at {cut}");
+        }
+        // More records counted than present.
+        assert!(parse_raw_records(&good, 2).is_err());
     }
 
     #[test]

@@ -1,14 +1,24 @@
 //! Decompression of a record batch's records section, for the few places
-//! that must look inside a compressed batch (a timestamp lookup, a dump).
-//! Appends and fetches never decompress: batches are stored and served as
-//! the producer sent them.
+//! that must look inside a compressed batch (a timestamp lookup, a dump, the
+//! mirror's re-encoding), and compression, for the mirror when it must build
+//! a batch anew. Appends and fetches never decompress: batches are stored and
+//! served as the producer sent them.
 //!
 //! The formats are Kafka's: gzip (RFC 1952), Snappy either as one raw block
 //! or in the xerial framing the Java client writes, LZ4 frames, and
 //! Zstandard frames. Every decoder is pure Rust and stops at `limit` output
 //! bytes, so a small batch cannot expand into unbounded memory.
+//!
+//! [`compress`] writes what the Java client writes, which every client
+//! reads: gzip at the default level 6, Snappy in the xerial framing with
+//! 32 KiB blocks (librdkafka writes one raw block but reads the framing
+//! too), LZ4 frames of independent 64 KiB blocks without checksums (the Java
+//! reader decompresses each block on its own, so linked blocks would not
+//! do), and Zstandard frames (ruzstd's fastest level, about zstd's level 1).
+//! Its output is a function of its input alone: the same records compress to
+//! the same bytes every time (with the same crate versions).
 
-use std::io::Read;
+use std::io::{Read, Write};
 
 use crate::batch::Compression;
 
@@ -36,10 +46,96 @@ pub enum DecompressError {
     UnknownCodec(u8),
 }
 
+/// Why a records section could not be compressed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompressError {
+    /// The encoder failed (or, for Zstandard, wrote bytes that do not
+    /// decompress to the input).
+    #[error("{codec} compression failed: {detail}")]
+    Failed {
+        /// The codec asked for.
+        codec: Compression,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The attributes name a codec Kafka does not define.
+    #[error("unknown compression codec {0}")]
+    UnknownCodec(u8),
+}
+
 /// The xerial Snappy stream header: magic, then version and compatible
 /// version (big-endian i32 each).
 const XERIAL_MAGIC: &[u8; 8] = b"\x82SNAPPY\x00";
 const XERIAL_HEADER_LEN: usize = 16;
+/// Version and minimum compatible version the Java client writes.
+const XERIAL_VERSION: i32 = 1;
+/// Uncompressed bytes per xerial block (snappy-java's default, which the
+/// Java client uses).
+const XERIAL_BLOCK: usize = 32 * 1024;
+
+/// Compresses `data` (a batch's records section) with `codec`, as the Java
+/// client does (see the module documentation). [`Compression::None`] returns
+/// a copy.
+///
+/// The Zstandard encoder (ruzstd's) is young: its output is decompressed
+/// again and compared with the input, and a panic inside it is caught, so
+/// that a bug there is a [`CompressError::Failed`] rather than a corrupt
+/// batch or a crash. The other encoders are trusted.
+pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>, CompressError> {
+    let failed = |detail: String| CompressError::Failed { codec, detail };
+    match codec {
+        Compression::None => Ok(data.to_vec()),
+        Compression::Gzip => {
+            let mut encoder = flate2::write::GzEncoder::new(
+                Vec::with_capacity(data.len() / 2 + 64),
+                flate2::Compression::new(6),
+            );
+            encoder.write_all(data).map_err(|e| failed(e.to_string()))?;
+            encoder.finish().map_err(|e| failed(e.to_string()))
+        }
+        Compression::Snappy => {
+            let mut out = Vec::with_capacity(XERIAL_HEADER_LEN + data.len() / 2 + 64);
+            out.extend_from_slice(XERIAL_MAGIC);
+            out.extend_from_slice(&XERIAL_VERSION.to_be_bytes());
+            out.extend_from_slice(&XERIAL_VERSION.to_be_bytes());
+            let mut encoder = snap::raw::Encoder::new();
+            let mut block = Vec::new();
+            for chunk in data.chunks(XERIAL_BLOCK) {
+                block.resize(snap::raw::max_compress_len(chunk.len()), 0);
+                let len = encoder
+                    .compress(chunk, &mut block)
+                    .map_err(|e| failed(e.to_string()))?;
+                let len32 = u32::try_from(len).map_err(|_| failed(format!("block of {len} bytes")))?;
+                out.extend_from_slice(&len32.to_be_bytes());
+                out.extend_from_slice(&block[..len]);
+            }
+            Ok(out)
+        }
+        Compression::Lz4 => {
+            let info = lz4_flex::frame::FrameInfo::new()
+                .block_size(lz4_flex::frame::BlockSize::Max64KB)
+                .block_mode(lz4_flex::frame::BlockMode::Independent)
+                .block_checksums(false)
+                .content_checksum(false);
+            let mut encoder =
+                lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::with_capacity(data.len() / 2 + 64));
+            encoder.write_all(data).map_err(|e| failed(e.to_string()))?;
+            encoder.finish().map_err(|e| failed(e.to_string()))
+        }
+        Compression::Zstd => {
+            let packed = std::panic::catch_unwind(|| {
+                ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
+            })
+            .map_err(|_| failed("the encoder panicked".into()))?;
+            match decompress(codec, &packed, data.len()) {
+                Ok(back) if back == data => Ok(packed),
+                Ok(_) => Err(failed("the output does not decompress to the input".into())),
+                Err(e) => Err(failed(format!("the output does not decompress: {e}"))),
+            }
+        }
+        Compression::Unknown(id) => Err(CompressError::UnknownCodec(id)),
+    }
+}
 
 /// Decompresses `data` (a batch's records section) written with `codec`,
 /// producing at most `limit` bytes.
@@ -211,6 +307,62 @@ mod tests {
             decompress(Compression::Snappy, &framed, 40_000),
             Err(DecompressError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn compress_round_trips_and_is_deterministic() {
+        let data = sample();
+        let inputs: [&[u8]; 4] = [&data, b"", b"x", &[0u8; 100_000]];
+        for codec in COMPRESSED {
+            for input in inputs {
+                let packed = compress(codec, input).unwrap();
+                assert_eq!(decompress(codec, &packed, input.len()).unwrap(), input, "{codec}");
+                assert_eq!(
+                    compress(codec, input).unwrap(),
+                    packed,
+                    "{codec} is not deterministic"
+                );
+            }
+            assert!(compress(codec, &data).unwrap().len() < data.len() / 2, "{codec}");
+        }
+        assert_eq!(compress(Compression::None, &data).unwrap(), data);
+        assert_eq!(
+            compress(Compression::Unknown(5), b"x"),
+            Err(CompressError::UnknownCodec(5))
+        );
+    }
+
+    #[test]
+    fn compress_writes_what_the_java_client_reads() {
+        let data = sample(); // 200,000 bytes
+                             // Snappy: the xerial framing, version 1, 32 KiB blocks.
+        let snappy = compress(Compression::Snappy, &data).unwrap();
+        assert_eq!(&snappy[..8], XERIAL_MAGIC);
+        assert_eq!(snappy[8..16], [0, 0, 0, 1, 0, 0, 0, 1]);
+        let mut rest = &snappy[16..];
+        let mut blocks = 0;
+        while !rest.is_empty() {
+            let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+            let block = &rest[4..4 + len];
+            let expected = data.len().min((blocks + 1) * XERIAL_BLOCK) - blocks * XERIAL_BLOCK;
+            assert_eq!(snap::raw::decompress_len(block).unwrap(), expected);
+            rest = &rest[4 + len..];
+            blocks += 1;
+        }
+        assert_eq!(blocks, data.len().div_ceil(XERIAL_BLOCK));
+        // LZ4: a frame (magic 0x184D2204), FLG version 1 with independent
+        // blocks and no checksums or content size, BD 64 KiB blocks.
+        let lz4 = compress(Compression::Lz4, &data).unwrap();
+        assert_eq!(lz4[..4], 0x184D_2204u32.to_le_bytes());
+        assert_eq!(lz4[4], 0b0110_0000, "FLG");
+        assert_eq!(lz4[5], 4 << 4, "BD");
+        // gzip: magic, deflate, no file name or time stamp.
+        let gzip = compress(Compression::Gzip, &data).unwrap();
+        assert_eq!(gzip[..4], [0x1f, 0x8b, 8, 0]);
+        assert_eq!(gzip[4..8], [0, 0, 0, 0], "mtime");
+        // Zstandard: a frame.
+        let zstd = compress(Compression::Zstd, &data).unwrap();
+        assert_eq!(zstd[..4], 0xFD2F_B528u32.to_le_bytes());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Arbitrary bytes through the batch header parser, the full validation,
-//! the batch iterator, and the records decoder with decompression: never a
-//! panic, never unbounded output, and what they say about the bytes must
-//! hold.
+//! the batch iterator, and the records decoders (lenient and strict) with
+//! decompression: never a panic, never unbounded output, and what they say
+//! about the bytes must hold.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -26,11 +26,26 @@ fn check_records(data: &[u8]) {
     if h.compression() != batch::Compression::None {
         assert!(section.len() <= LIMIT, "decompressed {} bytes", section.len());
     }
-    if let Ok(records) = batch::parse_records(&section, h.record_count) {
+    let lenient = batch::parse_records(&section, h.record_count);
+    if let Ok(records) = &lenient {
         assert_eq!(records.len(), h.record_count as usize);
-        for r in &records {
+        for r in records {
             let lens = r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len);
             assert!(lens <= section.len());
+        }
+    }
+    // The strict decoder takes less than the lenient one, and agrees with
+    // it on what both read; its headers decode to what it counted.
+    if let Ok(raw) = batch::parse_raw_records(&section, h.record_count) {
+        let records = lenient.expect("the strict decoder took what the lenient one refused");
+        assert_eq!(raw.len(), records.len());
+        for (r, p) in raw.iter().zip(&records) {
+            assert_eq!(
+                (r.timestamp_delta, r.offset_delta, r.key, r.value),
+                (p.timestamp_delta, p.offset_delta, p.key, p.value)
+            );
+            assert_eq!(r.headers.iter().count(), r.headers.len());
+            assert!(r.headers.raw().len() <= section.len());
         }
     }
 }

@@ -1,0 +1,108 @@
+//! Arbitrary bytes as a fetch response's records, run through the mirror's
+//! batch transform: never a panic, and every target batch it produces is
+//! valid, within the limit, holds contiguous offsets and only source
+//! records from the position on, in order (a re-encoded one decodes; a
+//! passed-through one is the source's bytes); the same input gives the same
+//! bytes twice.
+//!
+//! Input: 2 bytes of limit, 1 byte of position, 1 byte of flags (bit 0: an
+//! aborted transaction of producer 1000 at the position), then the records.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use strait_mirror::batch::{
+    fingerprint, AbortedTransaction, FetchedBatches, PartitionTransformer, ProducerStamp, TargetKind,
+    TransformOptions,
+};
+use strait_spool::batch::{self, BatchHeader};
+
+fuzz_target!(|data: &[u8]| {
+    let [l0, l1, pos, flags, records @ ..] = data else {
+        return;
+    };
+    let limit = 61 + usize::from(u16::from_be_bytes([*l0, *l1]));
+    let first_offset = FetchedBatches::new(records)
+        .next()
+        .and_then(Result::ok)
+        .map_or(0, |b| b.header().base_offset);
+    let position = first_offset.saturating_add(i64::from(*pos));
+    let aborted = if flags & 1 != 0 {
+        vec![AbortedTransaction {
+            producer_id: 1000,
+            first_offset: position,
+        }]
+    } else {
+        Vec::new()
+    };
+    let first = run(records, position, limit, &aborted);
+    assert_eq!(
+        first,
+        run(records, position, limit, &aborted),
+        "not deterministic"
+    );
+});
+
+/// The produced batches (bytes), after checking each.
+fn run(records: &[u8], position: i64, limit: usize, aborted: &[AbortedTransaction]) -> Vec<Vec<u8>> {
+    let options = TransformOptions {
+        max_batch_bytes: limit,
+        max_uncompressed_bytes: 1 << 20,
+    };
+    let mut t = PartitionTransformer::new(position, options);
+    t.add_aborted(aborted);
+    let mut produced = Vec::new();
+    let mut previous_last = position - 1;
+    let mut it = FetchedBatches::new(records);
+    for item in &mut it {
+        let Ok(source) = item else { break };
+        let before = t.position();
+        let Ok(out) = t.transform(&source) else {
+            assert_eq!(t.position(), before, "an error moved the position");
+            break;
+        };
+        assert_eq!(out.next_offset(), t.position());
+        assert!(t.position() >= before);
+        for target in out.batches() {
+            let bytes = target.bytes();
+            assert!(
+                bytes.len() <= limit,
+                "{} bytes above the limit {limit}",
+                bytes.len()
+            );
+            let stamp = ProducerStamp {
+                producer_id: 5,
+                producer_epoch: 1,
+                base_sequence: 0,
+            };
+            let stamped = target.stamped(stamp);
+            let h = batch::validate(&stamped).expect("a stamped target batch validates");
+            assert_eq!(h.size(), stamped.len());
+            assert!(!h.is_control() && !h.is_transactional());
+            assert_eq!(h.record_count, h.last_offset_delta + 1);
+            assert_eq!(target.sequence_count(), h.record_count);
+            assert_eq!(fingerprint(&stamped).ok(), Some(target.fingerprint()));
+            let range = target.source();
+            assert_eq!(range.record_count, h.record_count);
+            assert!(range.first_offset > previous_last && range.first_offset >= position);
+            assert!(range.last_offset >= range.first_offset);
+            assert!(range.last_offset <= source.last_offset());
+            previous_last = range.last_offset;
+            match target.kind() {
+                // Passed through as fetched: a compressed one is not
+                // decoded (the source broker checked it when it took it).
+                TargetKind::PassedThrough => assert_eq!(bytes, source.bytes()),
+                TargetKind::ReEncoded(_) => {
+                    let section = batch::records_section(&stamped, 1 << 24).expect("decompresses");
+                    let recs = batch::parse_raw_records(&section, h.record_count).expect("decodes");
+                    for (i, r) in recs.iter().enumerate() {
+                        assert_eq!(r.offset_delta, i as i64);
+                    }
+                }
+            }
+            let _ = BatchHeader::parse(bytes).expect("parses");
+            produced.push(bytes.to_vec());
+        }
+    }
+    assert!(it.partial_bytes() <= records.len());
+    produced
+}
