@@ -2,6 +2,7 @@
 //!
 //! - `strait serve [--config FILE] [--listen ADDR] [--data-dir DIR]`: run the
 //!   Kafka broker for local topics (embedded defaults without a file).
+//! - `strait mirror --config FILE`: run the configuration's mirrors.
 //! - `strait check --config FILE`: validate a configuration, print it in full.
 //! - `strait spool verify DIR`: check every batch and index entry on disk.
 //! - `strait spool dump DIR [--from OFFSET] [--records]`: list the batches
@@ -12,8 +13,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod admin;
 mod check;
 mod limits;
+mod mirror_cmd;
+mod mirrors;
 mod serve;
 mod spool_cmd;
 
@@ -52,6 +56,13 @@ enum Command {
         /// Directory of the local topics (overrides data_dir).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+    },
+    /// Run the mirrors of a configuration file (`mirrors:`), with its admin
+    /// listener (`admin.listen`: /metrics, /healthz) if set.
+    Mirror {
+        /// The YAML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
     },
     /// Validate a configuration file and print the effective configuration.
     Check {
@@ -109,6 +120,7 @@ fn main() -> ExitCode {
             advertised,
             data_dir,
         }),
+        Command::Mirror { config } => mirror_cmd::run(&config),
         Command::Check { config } => check::run(&config),
         Command::Spool(SpoolCommand::Verify { dir }) => spool_cmd::verify(&dir),
         Command::Spool(SpoolCommand::Dump { dir, from, records }) => spool_cmd::dump(&dir, from, records),

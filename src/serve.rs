@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use prometheus::Registry;
 use strait_config::Config;
 use strait_gateway::launch::Strait;
+use tokio::sync::watch;
 
 /// Command-line overrides of the configuration.
 #[derive(Debug, Default)]
@@ -69,16 +71,35 @@ pub fn run(overrides: Overrides) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
+        let (stop, stopped) = watch::channel(false);
+        let registry = Registry::new();
+        let admin = crate::admin::start_configured(&config, &registry, &stopped).await?;
         let strait = Strait::start(&config)
             .await
             .map_err(|e| blame(e.key(), e.to_string()))?;
-        strait.run(shutdown_signal()).await.context("serving")?;
-        Ok(())
+        // The mirrors of the configuration run beside the broker.
+        let mut mirrors = crate::mirrors::start(&config, &registry, &stopped)?;
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            stop.send_replace(true);
+        });
+        let mut until = stopped.clone();
+        let served = strait
+            .run(async move {
+                let _ = until.wait_for(|s| *s).await;
+            })
+            .await
+            .context("serving");
+        while mirrors.join_next().await.is_some() {}
+        if let Some(admin) = admin {
+            let _ = admin.await;
+        }
+        served
     })
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,

@@ -1,14 +1,47 @@
-//! Strait's mirror: the pipeline that replicates partitions between clusters,
-//! its offset tracking and its lag metrics.
+//! Strait's mirror: replicates topics from a source Kafka cluster to a
+//! target cluster, batch for batch, exactly once across crashes, with lag
+//! metrics.
 //!
+//! - [`mirror`]: one mirror: topic discovery, a task per partition, the
+//!   commit loop, shutdown.
+//! - [`partition`]: one partition's fetch and produce tasks and their
+//!   supervisor; [`state`]: what each partition's progress is (the exact
+//!   source-to-target point, lag, counters).
+//! - [`resume`]: where a partition goes on from after a start or an error,
+//!   by comparing the target's tail with the source.
 //! - [`batch`]: source batches (as fetched) to target batches (ready to
 //!   produce): pass-through with the mirror's producer fields, re-encoding
 //!   where the target would refuse a batch or records must be dropped
 //!   (compaction gaps, records before the position, control and aborted
 //!   transactional batches, `LogAppendTime`, batches above the target's
 //!   `max.message.bytes`), and fingerprints to resume after a restart.
+//! - [`grouped`]: fetches and produces of many partitions grouped into one
+//!   request per leader, several in flight.
+//! - [`topics`]: target topics created with the source's partitions and
+//!   configs; [`positions`]: committed positions on the source.
+//! - [`metrics`]: the Prometheus metrics.
+//! - [`error`]: [`MirrorError`], which side failed and whether the
+//!   partition goes on.
 //!
-//! Pure code so far: the fetch and produce loops, and the `mirror`
-//! subcommand, are still to come.
+//! The crate knows nothing of the gateway or the spool's storage (it uses
+//! the spool's record batch parsing only); the `strait` binary maps the
+//! configuration onto [`mirror::MirrorSpec`].
 
 pub mod batch;
+pub mod error;
+pub mod grouped;
+pub mod metrics;
+pub mod mirror;
+pub mod partition;
+pub mod positions;
+pub mod resume;
+pub mod state;
+pub mod topics;
+
+pub use error::MirrorError;
+
+/// Resolves once `shutdown` is true (or its sender is gone), holding no
+/// borrow of the value across an await.
+pub(crate) async fn shut_down(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}

@@ -1108,8 +1108,11 @@ impl MirrorProc {
             .expect("tempdir");
         let admin_port = free_port();
         let path = dir.path().join("mirror.yaml");
-        fs::write(&path, config.replace("{admin}", &format!("127.0.0.1:{admin_port}")))
-            .expect("writing the mirror config");
+        fs::write(
+            &path,
+            config.replace("{admin}", &format!("127.0.0.1:{admin_port}")),
+        )
+        .expect("writing the mirror config");
         let log = dir.path().join("mirror.log");
         let mut m = MirrorProc {
             child: None,
@@ -1126,12 +1129,17 @@ impl MirrorProc {
     fn spawn(&mut self) {
         self.starts += 1;
         let (mut out, err) = open_log(&self.log);
-        let _ = writeln!(out, "=== start #{} (strait mirror --config {}) ===", self.starts, self.config.display());
+        let _ = writeln!(
+            out,
+            "=== start #{} (strait mirror --config {}) ===",
+            self.starts,
+            self.config.display()
+        );
         let mut child = Command::new(env!("CARGO_BIN_EXE_strait"))
             .arg("mirror")
             .arg("--config")
             .arg(&self.config)
-            .env("RUST_LOG", "info,strait_mirror=debug")
+            .env("STRAIT_LOG", "info,strait_mirror=debug")
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(out)
@@ -1185,7 +1193,10 @@ impl MirrorProc {
             }
             if Instant::now() > deadline {
                 kill_and_wait(&mut c);
-                panic!("strait mirror did not exit within 60 s of SIGTERM\n--- log ---\n{}", self.log());
+                panic!(
+                    "strait mirror did not exit within 60 s of SIGTERM\n--- log ---\n{}",
+                    self.log()
+                );
             }
             thread::sleep(Duration::from_millis(20));
         }
@@ -1206,9 +1217,15 @@ impl Drop for MirrorProc {
 pub fn http_get(port: u16, path: &str) -> String {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connecting to the admin listener");
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut response = String::new();
-    stream.read_to_string(&mut response).expect("reading the HTTP answer");
+    stream
+        .read_to_string(&mut response)
+        .expect("reading the HTTP answer");
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
     body.to_owned()

@@ -250,10 +250,19 @@ impl Cluster {
         }
     }
 
+    /// The node id of a partition's leader. When the metadata names none
+    /// (an unknown topic, no leader), it is marked stale so the next call
+    /// reads it again.
+    pub async fn leader_id(&self, topic: &str, partition: i32) -> Result<i32> {
+        let metadata = self.metadata().await?;
+        metadata
+            .leader(&self.inner.name, topic, partition)
+            .inspect_err(|_| self.invalidate())
+    }
+
     /// The leader of a partition and the connection to it.
     pub async fn leader(&self, topic: &str, partition: i32) -> Result<(i32, Connection)> {
-        let metadata = self.metadata().await?;
-        let node = metadata.leader(&self.inner.name, topic, partition)?;
+        let node = self.leader_id(topic, partition).await?;
         Ok((node, self.broker(node).await?))
     }
 

@@ -19,6 +19,7 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -207,44 +208,50 @@ impl Connection {
         R: Request + Any,
         R::Response: Throttled,
     {
+        self.send_at(request, version).await?.answer().await
+    }
+
+    /// Hands `request` (at the negotiated version) to the connection and
+    /// returns once it is queued for the wire, before its answer: requests
+    /// sent one after another from one task reach the broker in that order
+    /// (Kafka handles a connection's requests in order, which an
+    /// idempotent producer with several produces in flight relies on).
+    pub async fn send<R>(&self, request: &R) -> Result<Answer<R>>
+    where
+        R: Request + Any,
+        R::Response: Throttled,
+    {
+        let version = self.version(api_of::<R>())?;
+        self.send_at(request, version).await
+    }
+
+    /// [`Connection::send`] at `version`.
+    pub async fn send_at<R>(&self, request: &R, version: i16) -> Result<Answer<R>>
+    where
+        R: Request + Any,
+        R::Response: Throttled,
+    {
         let api = api_of::<R>();
         let correlation_id = self.shared.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
         let frame = self.encode(api, version, correlation_id, request)?;
         let cost = (frame.len() + response_budget(request)).min(self.shared.max_budget);
         let timeout = self.shared.request_timeout;
-        let mut answer = match tokio::time::timeout(timeout, self.send(correlation_id, frame, cost)).await {
-            Ok(sent) => sent?,
-            Err(_) => {
-                // The frame never reached the writer: the connection is
-                // busy (its bytes-in-flight budget is used up), not broken.
-                return Err(UpstreamError::TimedOut {
-                    broker: self.shared.broker.clone(),
-                    api,
-                    after: timeout,
-                });
-            }
-        };
-        let frame = match tokio::time::timeout(timeout, &mut answer).await {
-            Ok(Ok(frame)) => frame?,
-            Ok(Err(_)) => return Err(self.failure()),
-            Err(_) => {
-                let error = UpstreamError::TimedOut {
-                    broker: self.shared.broker.clone(),
-                    api,
-                    after: timeout,
-                };
-                self.shared.fail(error.clone());
-                return Err(error);
-            }
-        };
-        let response = self.decode::<R>(api, version, frame)?;
-        let throttle = response.throttle_ms();
-        if throttle > 0 {
-            let until = Instant::now() + Duration::from_millis(throttle as u64);
-            let mut throttled = self.shared.throttled_until.lock().expect("throttle lock");
-            *throttled = Some(throttled.map_or(until, |t| t.max(until)));
+        match tokio::time::timeout(timeout, self.send_frame(correlation_id, frame, cost)).await {
+            Ok(sent) => Ok(Answer {
+                connection: self.clone(),
+                api,
+                version,
+                answer: sent?,
+                request: PhantomData,
+            }),
+            // The frame never reached the writer: the connection is busy
+            // (its bytes-in-flight budget is used up), not broken.
+            Err(_) => Err(UpstreamError::TimedOut {
+                broker: self.shared.broker.clone(),
+                api,
+                after: timeout,
+            }),
         }
-        Ok(response)
     }
 
     fn encode<R: Request>(
@@ -277,7 +284,7 @@ impl Connection {
 
     /// Hands a frame to the writer once the budget has room; the receiver
     /// gets the answer frame.
-    async fn send(
+    async fn send_frame(
         &self,
         correlation_id: i32,
         frame: Bytes,
@@ -332,6 +339,50 @@ impl Connection {
                 broker: self.shared.broker.clone(),
                 reason: "connection closed".to_owned(),
             })
+    }
+}
+
+/// The answer to come of a request that was sent.
+#[derive(Debug)]
+pub struct Answer<R> {
+    connection: Connection,
+    api: ApiKey,
+    version: i16,
+    answer: oneshot::Receiver<Result<Bytes>>,
+    request: PhantomData<fn() -> R>,
+}
+
+impl<R> Answer<R>
+where
+    R: Request,
+    R::Response: Throttled,
+{
+    /// Waits for the answer (at most the request timeout; past it the
+    /// connection is closed) and decodes it.
+    pub async fn answer(self) -> Result<R::Response> {
+        let shared = &self.connection.shared;
+        let timeout = shared.request_timeout;
+        let frame = match tokio::time::timeout(timeout, self.answer).await {
+            Ok(Ok(frame)) => frame?,
+            Ok(Err(_)) => return Err(self.connection.failure()),
+            Err(_) => {
+                let error = UpstreamError::TimedOut {
+                    broker: shared.broker.clone(),
+                    api: self.api,
+                    after: timeout,
+                };
+                shared.fail(error.clone());
+                return Err(error);
+            }
+        };
+        let response = self.connection.decode::<R>(self.api, self.version, frame)?;
+        let throttle = response.throttle_ms();
+        if throttle > 0 {
+            let until = Instant::now() + Duration::from_millis(throttle as u64);
+            let mut throttled = shared.throttled_until.lock().expect("throttle lock");
+            *throttled = Some(throttled.map_or(until, |t| t.max(until)));
+        }
+        Ok(response)
     }
 }
 

@@ -27,7 +27,7 @@ pub mod versions;
 
 pub use backoff::Backoff;
 pub use cluster::{Cluster, ClusterOptions};
-pub use conn::{ConnectOptions, Connection};
+pub use conn::{Answer, ConnectOptions, Connection};
 pub use error::{Result, UpstreamError};
 pub use metadata::{Metadata, PartitionMetadata, TopicMetadata};
 pub use throttle::Throttled;

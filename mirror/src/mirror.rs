@@ -1,0 +1,260 @@
+//! One mirror: topic discovery, a task per partition, and the commit loop.
+//!
+//! - **Discovery**, at start and every `discovery_interval`: the source's
+//!   metadata is re-read; each matching topic gets its target topic
+//!   (created with the source's partition count and configs, or grown when
+//!   the source gained partitions) and a task per partition. A source
+//!   topic that disappears is logged and its tasks stop; the target topic
+//!   is left alone.
+//! - **Commits**, every `commit_interval`: each partition's acknowledged
+//!   position (only what the target acknowledged) is committed to the
+//!   source under the mirror's group, with the target offset it maps to.
+//! - **Shutdown**: fetching stops, what was fetched is written (for at most
+//!   `shutdown_grace`), the positions are committed, and `run` returns.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use strait_upstream::Cluster;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::grouped::{FetchSettings, Fetcher, Producer};
+use crate::metrics::MirrorMetrics;
+use crate::partition::{self, OnLost, Shared};
+use crate::positions;
+use crate::resume::StartAt;
+use crate::state::PartitionState;
+use crate::topics;
+
+/// Which source topics a mirror takes, and their target names.
+pub type TopicFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+/// Source topic name to target topic name.
+pub type Rename = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
+/// Everything one mirror needs, as plain values.
+#[derive(Clone)]
+pub struct MirrorSpec {
+    /// The mirror's name.
+    pub name: String,
+    /// The source cluster.
+    pub source: Cluster,
+    /// The target cluster.
+    pub target: Cluster,
+    /// Which source topics to mirror.
+    pub topics: TopicFilter,
+    /// Target topic names.
+    pub rename: Rename,
+    /// Consumer group on the source holding the positions.
+    pub group: String,
+    /// How often positions are committed.
+    pub commit_interval: Duration,
+    /// How often new topics and partitions are looked for.
+    pub discovery_interval: Duration,
+    /// Where partitions without a committed position start.
+    pub start: StartAt,
+    /// Bytes fetched and not yet acknowledged by the target, at most.
+    pub max_bytes_in_flight: usize,
+    /// What to do about records lost to source retention.
+    pub on_lost: OnLost,
+    /// How long shutdown waits for fetched records to be written.
+    pub shutdown_grace: Duration,
+    /// Where histograms and error counters go.
+    pub metrics: MirrorMetrics,
+}
+
+impl std::fmt::Debug for MirrorSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MirrorSpec")
+            .field("name", &self.name)
+            .field("source", &self.source.name())
+            .field("target", &self.target.name())
+            .field("group", &self.group)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running mirror's view of its partitions (for metrics and status).
+#[derive(Debug, Clone, Default)]
+pub struct Partitions {
+    inner: Arc<std::sync::Mutex<ByPartition>>,
+}
+
+/// Partition states by (source topic, partition).
+type ByPartition = BTreeMap<(String, i32), Arc<PartitionState>>;
+
+impl Partitions {
+    /// Every partition's state, ordered by topic and partition.
+    pub fn all(&self) -> Vec<Arc<PartitionState>> {
+        self.inner.lock().expect("partitions").values().cloned().collect()
+    }
+
+    fn insert(&self, state: Arc<PartitionState>) {
+        self.inner
+            .lock()
+            .expect("partitions")
+            .insert((state.source_topic.to_string(), state.partition), state);
+    }
+
+    fn remove_topic(&self, topic: &str) {
+        self.inner
+            .lock()
+            .expect("partitions")
+            .retain(|(t, _), _| t != topic);
+    }
+}
+
+/// Runs `spec` until `shutdown` turns true. `partitions` is filled as
+/// partitions start (pass a clone to the metrics).
+pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Receiver<bool>) {
+    let shared = Arc::new(Shared {
+        name: spec.name.clone().into(),
+        group: spec.group.clone(),
+        source: spec.source.clone(),
+        target: spec.target.clone(),
+        fetcher: Fetcher::new(
+            spec.source.clone(),
+            FetchSettings {
+                max_wait: Duration::from_millis(500),
+                max_bytes: 64 << 20,
+            },
+        ),
+        producer: Producer::new(spec.target.clone(), Duration::from_secs(30)),
+        budget: Arc::new(Semaphore::new(spec.max_bytes_in_flight)),
+        budget_bytes: spec.max_bytes_in_flight,
+        start: spec.start,
+        on_lost: spec.on_lost,
+        shutdown: shutdown.clone(),
+        producer_id: tokio::sync::OnceCell::new(),
+        metrics: spec.metrics.clone(),
+    });
+    tracing::info!(
+        mirror = %spec.name, source = spec.source.name(), target = spec.target.name(), group = %spec.group,
+        "mirror starting"
+    );
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    // Source topic -> (partitions running, their task handles).
+    let mut running: BTreeMap<String, (usize, Vec<tokio::task::AbortHandle>)> = BTreeMap::new();
+    let mut discovery = tokio::time::interval(spec.discovery_interval);
+    let mut commits = tokio::time::interval(spec.commit_interval);
+    commits.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    discovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut stop = shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = discovery.tick() => discover(&spec, &shared, &partitions, &mut running, &mut tasks).await,
+            _ = commits.tick() => commit(&spec, &partitions).await,
+            Some(_) = tasks.join_next() => {}
+            _ = crate::shut_down(&mut stop) => break,
+        }
+    }
+    tracing::info!(mirror = %spec.name, "mirror stopping: writing what was fetched");
+    let drained = tokio::time::timeout(spec.shutdown_grace, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(mirror = %spec.name, grace = ?spec.shutdown_grace, "partitions still writing after the shutdown grace; stopping them (they resume exactly on the next start)");
+        tasks.shutdown().await;
+    }
+    commit(&spec, &partitions).await;
+    tracing::info!(mirror = %spec.name, "mirror stopped");
+}
+
+async fn discover(
+    spec: &MirrorSpec,
+    shared: &Arc<Shared>,
+    partitions: &Partitions,
+    running: &mut BTreeMap<String, (usize, Vec<tokio::task::AbortHandle>)>,
+    tasks: &mut JoinSet<()>,
+) {
+    let metadata = match spec.source.refresh().await {
+        Ok(metadata) => metadata,
+        Err(e) => {
+            tracing::warn!(mirror = %spec.name, error = %e, "topic discovery: source metadata unavailable");
+            return;
+        }
+    };
+    for (topic, found) in &metadata.topics {
+        if found.internal || found.error.is_some() || !(spec.topics)(topic) {
+            continue;
+        }
+        let count = found.partitions.len();
+        let have = running.get(topic).map_or(0, |(n, _)| *n);
+        if count <= have {
+            continue;
+        }
+        let target_topic = (spec.rename)(topic);
+        let configs = if have == 0 {
+            match topics::configs_to_copy(&spec.source, topic).await {
+                Ok(configs) => configs,
+                Err(e) => {
+                    tracing::warn!(mirror = %spec.name, %topic, error = %e, "cannot read the source topic's configs; will retry");
+                    continue;
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        match topics::ensure(&spec.target, &target_topic, count, &configs).await {
+            Ok(ensured) => tracing::info!(
+                mirror = %spec.name, %topic, %target_topic, partitions = count, ?ensured, configs = ?configs,
+                "mirroring topic"
+            ),
+            Err(e) => {
+                tracing::warn!(mirror = %spec.name, %topic, %target_topic, error = %e, "cannot create or grow the target topic; will retry");
+                continue;
+            }
+        }
+        let entry = running.entry(topic.clone()).or_default();
+        let source_topic: Arc<str> = topic.as_str().into();
+        let target_topic: Arc<str> = target_topic.into();
+        for partition in have..count {
+            let state = Arc::new(PartitionState::new(
+                source_topic.clone(),
+                target_topic.clone(),
+                partition as i32,
+            ));
+            partitions.insert(state.clone());
+            entry.1.push(tasks.spawn(partition::run(shared.clone(), state)));
+        }
+        entry.0 = count;
+    }
+    let gone: Vec<String> = running
+        .keys()
+        .filter(|t| !metadata.topics.contains_key(*t))
+        .cloned()
+        .collect();
+    for topic in gone {
+        if let Some((_, handles)) = running.remove(&topic) {
+            tracing::warn!(mirror = %spec.name, %topic, "source topic deleted: its partitions stop; the target topic is kept");
+            for handle in handles {
+                handle.abort();
+            }
+        }
+        partitions.remove_topic(&topic);
+    }
+}
+
+async fn commit(spec: &MirrorSpec, partitions: &Partitions) {
+    let states = partitions.all();
+    let due: Vec<(Arc<PartitionState>, positions::ToCommit)> = states
+        .into_iter()
+        .filter_map(|s| s.to_commit().map(|c| (s, c)))
+        .collect();
+    if due.is_empty() {
+        return;
+    }
+    let batch: Vec<positions::ToCommit> = due.iter().map(|(_, c)| c.clone()).collect();
+    match positions::commit(&spec.source, &spec.group, &batch).await {
+        Ok(()) => {
+            for (state, c) in due {
+                state.committed(c.offset);
+            }
+        }
+        Err(e) => {
+            tracing::warn!(mirror = %spec.name, group = %spec.group, error = %e, "commit failed; will retry")
+        }
+    }
+}

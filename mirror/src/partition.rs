@@ -1,0 +1,547 @@
+//! One mirrored partition: a fetch task and a produce task joined by a
+//! queue, under a supervisor that resumes from the target's tail after
+//! every error it can recover from.
+//!
+//! - The **fetch task** reads the source from the partition's position
+//!   (requests grouped by leader, [`crate::grouped`]), turns each batch
+//!   into target batches ([`crate::batch`]) and queues them. It first
+//!   reserves bytes from the mirror's `max_bytes_in_flight` budget, so a
+//!   slow target slows fetching rather than filling memory.
+//! - The **produce task** takes queued batches in order, stamps them with
+//!   the mirror's idempotent producer id, epoch and sequence, and writes
+//!   them with one produce in flight per partition (many partitions per
+//!   request). Retries resend the same bytes with the same sequence, so
+//!   the target drops duplicates. On acknowledgement the partition's exact
+//!   point (next source offset, next target offset) moves and the budget
+//!   is released.
+//! - The **supervisor** ([`run`]) finds where to go on from
+//!   ([`crate::resume`]), runs both tasks, and on an error waits a backoff
+//!   and starts again from the acknowledged point: the target's tail is
+//!   compared with the source again, so nothing is written twice even when
+//!   the target's producer state was lost. Errors where going on could
+//!   lose or duplicate records stop the partition.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::InitProducerIdRequest;
+use kafka_protocol::ResponseError;
+use strait_upstream::{Backoff, Cluster, UpstreamError};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::batch::{
+    self, AbortedTransaction, FetchedBatches, PartitionTransformer, ProducerStamp, TargetKind,
+    TransformOptions,
+};
+use crate::error::{self, MirrorError};
+use crate::grouped::{self, Fetcher, Producer};
+use crate::metrics::MirrorMetrics;
+use crate::resume::{self, StartAt};
+use crate::state::{PartitionState, Status};
+use crate::topics;
+
+/// Bytes asked for per partition per fetch.
+const FETCH_BYTES: usize = 1 << 20;
+/// Produces in flight per partition. Kafka keeps the last 5 batches of
+/// each idempotent producer and partition to drop retried duplicates.
+const IN_FLIGHT: usize = 5;
+
+/// What to do when source retention deleted records before they were
+/// mirrored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLost {
+    /// Count them, log loudly, go on from the log start.
+    Continue,
+    /// Stop the partition.
+    Stop,
+}
+
+/// What every partition of one mirror shares.
+#[derive(Debug)]
+pub struct Shared {
+    /// The mirror's name (for logs).
+    pub name: Arc<str>,
+    /// The consumer group holding positions on the source.
+    pub group: String,
+    /// The source cluster.
+    pub source: Cluster,
+    /// The target cluster.
+    pub target: Cluster,
+    /// Source fetches grouped by leader.
+    pub fetcher: Fetcher,
+    /// Target produces grouped by leader.
+    pub producer: Producer,
+    /// Bytes fetched and not yet acknowledged by the target.
+    pub budget: Arc<Semaphore>,
+    /// The budget's size.
+    pub budget_bytes: usize,
+    /// Where a partition without a committed position starts.
+    pub start: StartAt,
+    /// Lost records: go on or stop.
+    pub on_lost: OnLost,
+    /// Turns true on shutdown.
+    pub shutdown: watch::Receiver<bool>,
+    /// The producer id every partition starts with.
+    pub producer_id: tokio::sync::OnceCell<(i64, i16)>,
+    /// Histograms and error counters.
+    pub metrics: MirrorMetrics,
+}
+
+impl Shared {
+    fn shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+}
+
+/// Mirrors one partition until shutdown (or until it must stop).
+pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>) {
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+    let mut round = 0u32;
+    let mut shutdown = shared.shutdown.clone();
+    while !shared.shutting_down() {
+        round += 1;
+        // Finding where to go on from can be dropped at shutdown (nothing
+        // is in flight yet); once streaming, the tasks see the shutdown
+        // themselves and finish what they fetched.
+        let prepared = tokio::select! {
+            prepared = prepare(&shared, &state, round) => prepared,
+            _ = crate::shut_down(&mut shutdown) => return,
+        };
+        let outcome = match prepared {
+            Ok(prepared) => stream(&shared, &state, prepared).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &outcome {
+            PartitionState::add(&state.counters.errors, 1);
+            shared
+                .metrics
+                .errors
+                .with_label_values(&[&shared.name, e.kind()])
+                .inc();
+        }
+        match outcome {
+            Ok(()) => return,
+            Err(e) if e.is_fatal() => {
+                tracing::error!(mirror = %shared.name, topic = %state.source_topic, partition = state.partition, error = %e, "partition stopped");
+                state.set_status(Status::Stopped(e.to_string()));
+                return;
+            }
+            Err(e) => {
+                match &e {
+                    MirrorError::Source { error } if error.wants_metadata_refresh() => {
+                        shared.source.invalidate()
+                    }
+                    MirrorError::Target { error } if error.wants_metadata_refresh() => {
+                        shared.target.invalidate()
+                    }
+                    _ => {}
+                }
+                tracing::warn!(mirror = %shared.name, topic = %state.source_topic, partition = state.partition, error = %e, "partition retrying");
+                state.set_status(Status::Retrying(e.to_string()));
+                state.clear_unacked();
+                let delay = backoff.next_delay();
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = crate::shut_down(&mut shutdown) => return,
+                }
+            }
+        }
+    }
+}
+
+/// Where a round starts: the transformer at the source position (the
+/// target continues at the acknowledged point) and the producer identity.
+struct Prepared {
+    transformer: PartitionTransformer,
+    stamp: ProducerStamp,
+}
+
+async fn prepare(shared: &Shared, state: &PartitionState, round: u32) -> Result<Prepared, MirrorError> {
+    let max_batch = topics::max_message_bytes(&shared.target, &state.target_topic)
+        .await
+        .map_err(error::target)?;
+    let options = TransformOptions::new(max_batch);
+    let (source_offset, target_offset) = resume::resume(shared, state, options).await?;
+    state.set_acked(source_offset, target_offset);
+    // The first round shares the mirror's producer id; later rounds start
+    // over with a fresh one, since the target's sequence state for the old
+    // one is what may have been lost.
+    let (producer_id, producer_epoch) = if round == 1 {
+        *shared
+            .producer_id
+            .get_or_try_init(|| init_producer_id(&shared.target))
+            .await
+            .map_err(error::target)?
+    } else {
+        init_producer_id(&shared.target).await.map_err(error::target)?
+    };
+    Ok(Prepared {
+        transformer: PartitionTransformer::new(source_offset, options),
+        stamp: ProducerStamp {
+            producer_id,
+            producer_epoch,
+            base_sequence: 0,
+        },
+    })
+}
+
+async fn stream(shared: &Shared, state: &PartitionState, prepared: Prepared) -> Result<(), MirrorError> {
+    state.set_status(Status::Running);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let fetching = fetch_loop(shared, state, prepared.transformer, tx);
+    let producing = produce_loop(shared, state, rx, prepared.stamp);
+    tokio::try_join!(fetching, producing).map(|_| ())
+}
+
+/// A run of the queue: batches with the budget they hold, or a position
+/// the source moved to without a batch (skipped control batches, records
+/// lost to retention).
+#[derive(Debug)]
+enum Piece {
+    Batch {
+        bytes: Bytes,
+        /// Source offset after its last record.
+        source_next: i64,
+        records: i32,
+        sequence_count: i32,
+        passed_through: bool,
+        /// Its first record's timestamp.
+        timestamp: i64,
+        _budget: Option<OwnedSemaphorePermit>,
+    },
+    Position(i64),
+}
+
+async fn fetch_loop(
+    shared: &Shared,
+    state: &PartitionState,
+    mut transformer: PartitionTransformer,
+    tx: mpsc::UnboundedSender<Piece>,
+) -> Result<(), MirrorError> {
+    let mut backoff = Backoff::default();
+    let mut shutdown = shared.shutdown.clone();
+    let mut ask = FETCH_BYTES;
+    loop {
+        let position = transformer.position();
+        let reserve = ask.min(shared.budget_bytes);
+        let mut permit = tokio::select! {
+            permit = shared.budget.clone().acquire_many_owned(reserve as u32) => permit.expect("budget never closes"),
+            _ = crate::shut_down(&mut shutdown) => return Ok(()),
+        };
+        let fetched = tokio::select! {
+            fetched = shared.fetcher.fetch(&state.source_topic, state.partition, position, ask as i32) => fetched,
+            _ = crate::shut_down(&mut shutdown) => return Ok(()),
+        };
+        let fetched = match fetched {
+            Ok(fetched) => fetched,
+            Err(e) if e.code() == Some(ResponseError::OffsetOutOfRange) => {
+                let moved = out_of_range(shared, state, position).await?;
+                transformer = PartitionTransformer::new(moved, transformer.options());
+                let _ = tx.send(Piece::Position(moved));
+                continue;
+            }
+            Err(e) if e.is_retriable() => {
+                if e.wants_metadata_refresh() {
+                    shared.source.invalidate();
+                }
+                tracing::debug!(mirror = %shared.name, topic = %state.source_topic, partition = state.partition, error = %e, "fetch retrying");
+                drop(permit);
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff.next_delay()) => {}
+                    _ = crate::shut_down(&mut shutdown) => return Ok(()),
+                }
+                continue;
+            }
+            Err(e) => return Err(error::source(e)),
+        };
+        backoff.reset();
+        state.set_high_watermark(fetched.high_watermark);
+        let aborted: Vec<AbortedTransaction> = fetched
+            .aborted
+            .iter()
+            .map(|&(producer_id, first_offset)| AbortedTransaction {
+                producer_id,
+                first_offset,
+            })
+            .collect();
+        transformer.add_aborted(&aborted);
+        let records = &fetched.records;
+        let mut batches = FetchedBatches::new(records);
+        let mut pieces = Vec::new();
+        for found in &mut batches {
+            let found = found.map_err(|error| MirrorError::SourceData {
+                offset: position,
+                error,
+            })?;
+            let transformed = transformer
+                .transform(&found)
+                .map_err(|error| MirrorError::SourceData {
+                    offset: position,
+                    error,
+                })?;
+            for out in transformed.into_batches() {
+                let source = out.source();
+                let sequence_count = out.sequence_count();
+                let passed_through = out.kind() == TargetKind::PassedThrough;
+                let timestamp =
+                    strait_spool::batch::BatchHeader::parse(out.bytes()).map_or(0, |h| h.base_timestamp);
+                let bytes = match out.into_bytes() {
+                    std::borrow::Cow::Borrowed(slice) => records.slice_ref(slice),
+                    std::borrow::Cow::Owned(owned) => Bytes::from(owned),
+                };
+                state.fetched(source.last_offset, timestamp);
+                pieces.push((bytes, source, sequence_count, passed_through, timestamp));
+            }
+        }
+        // A first batch larger than asked for comes whole (KIP-74) from
+        // Kafka 0.10.1 on; an older broker cuts it: ask for more next time.
+        ask = if batches.partial_bytes() > 0 && pieces.is_empty() && transformer.position() == position {
+            (ask * 2).min(shared.budget_bytes.max(FETCH_BYTES))
+        } else {
+            FETCH_BYTES
+        };
+        let used: usize = pieces.iter().map(|(bytes, ..)| bytes.len()).sum();
+        if used < permit.num_permits() {
+            // Give back what the answer did not use.
+            drop(permit.split(permit.num_permits() - used));
+        } else if used > permit.num_permits() {
+            // A batch larger than asked for: hold what is free beyond the
+            // reservation, never waiting (the budget may be smaller).
+            let extra = (used - permit.num_permits()).min(shared.budget.available_permits());
+            if let Ok(more) = shared.budget.clone().try_acquire_many_owned(extra as u32) {
+                permit.merge(more);
+            }
+        }
+        let mut permit = Some(permit);
+        for (bytes, source, sequence_count, passed_through, timestamp) in pieces {
+            let share = permit.as_mut().and_then(|p| {
+                if p.num_permits() > bytes.len() {
+                    p.split(bytes.len())
+                } else {
+                    None
+                }
+            });
+            let share = share.or_else(|| permit.take());
+            let _ = tx.send(Piece::Batch {
+                bytes,
+                source_next: source.last_offset + 1,
+                records: source.record_count,
+                sequence_count,
+                passed_through,
+                timestamp,
+                _budget: share,
+            });
+        }
+        if transformer.position() != position {
+            let _ = tx.send(Piece::Position(transformer.position()));
+        }
+    }
+}
+
+/// The position is gone from the source: deleted by retention (lost
+/// records), or past the end (the source lost records).
+async fn out_of_range(shared: &Shared, state: &PartitionState, position: i64) -> Result<i64, MirrorError> {
+    let earliest = resume::list_offset(&shared.source, &state.source_topic, state.partition, -2)
+        .await
+        .map_err(error::source)?;
+    let latest = resume::list_offset(&shared.source, &state.source_topic, state.partition, -1)
+        .await
+        .map_err(error::source)?;
+    if position < earliest {
+        let count = earliest - position;
+        if shared.on_lost == OnLost::Stop {
+            return Err(MirrorError::LostRecords {
+                topic: state.source_topic.to_string(),
+                partition: state.partition,
+                from: position,
+                to: earliest,
+                count,
+            });
+        }
+        PartitionState::add(&state.counters.lost_records, count as u64);
+        tracing::error!(
+            mirror = %shared.name, topic = %state.source_topic, partition = state.partition,
+            from = position, to = earliest, count,
+            "LOST RECORDS: source retention deleted records before they were mirrored; going on from the log start"
+        );
+        return Ok(earliest);
+    }
+    tracing::error!(
+        mirror = %shared.name, topic = %state.source_topic, partition = state.partition,
+        position, source_end = latest,
+        "the source partition ends before the mirror's position (its log was truncated); going on from its end"
+    );
+    Ok(latest)
+}
+
+async fn produce_loop(
+    shared: &Shared,
+    state: &PartitionState,
+    mut rx: mpsc::UnboundedReceiver<Piece>,
+    mut stamp: ProducerStamp,
+) -> Result<(), MirrorError> {
+    // Produces in flight, oldest first, each with the pieces it settles:
+    // its batch and the positions queued after it.
+    let mut in_flight: VecDeque<(grouped::Pending, Vec<Piece>, Instant)> = VecDeque::new();
+    let mut fetching = true;
+    loop {
+        // Send while there is room and something to send; wait for a piece
+        // only when nothing is in flight.
+        while fetching && in_flight.len() < IN_FLIGHT {
+            let piece = if in_flight.is_empty() {
+                rx.recv().await
+            } else {
+                match rx.try_recv() {
+                    Ok(piece) => Some(piece),
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => None,
+                }
+            };
+            let Some(piece) = piece else {
+                // The fetch task stopped (shutdown): write what it queued.
+                fetching = false;
+                break;
+            };
+            match piece {
+                Piece::Position(p) => match in_flight.back_mut() {
+                    Some((_, pieces, _)) => pieces.push(Piece::Position(p)),
+                    None => {
+                        let (_, target_next) = state.acked().expect("a round starts acknowledged");
+                        state.set_acked(p, target_next);
+                    }
+                },
+                Piece::Batch {
+                    ref bytes,
+                    sequence_count,
+                    ..
+                } => {
+                    let mut stamped = BytesMut::from(&bytes[..]);
+                    batch::stamp(&mut stamped, stamp).expect("target batches are whole");
+                    stamp.base_sequence = batch::next_sequence(stamp.base_sequence, sequence_count);
+                    let pending = shared
+                        .producer
+                        .produce(&state.target_topic, state.partition, stamped.freeze())
+                        .await
+                        .map_err(error::target)?;
+                    in_flight.push_back((pending, vec![piece], Instant::now()));
+                }
+            }
+        }
+        let Some((pending, pieces, sent)) = in_flight.pop_front() else {
+            if fetching {
+                continue;
+            }
+            return Ok(());
+        };
+        let answer = pending.await.unwrap_or_else(|_| {
+            Err(UpstreamError::Disconnected {
+                broker: shared.target.name().to_owned(),
+                reason: "the produce task stopped".to_owned(),
+            })
+        });
+        let produced = match answer {
+            Ok(produced) => produced,
+            Err(e) => {
+                // Later produces of this partition can only fail now (their
+                // sequence follows this one); the round starts over from the
+                // target's tail.
+                for (pending, ..) in in_flight.drain(..) {
+                    let _ = pending.await;
+                }
+                return Err(match e.code() {
+                    Some(code) if producer_state_lost(code) => MirrorError::ProducerState { error: e },
+                    _ => error::target(e),
+                });
+            }
+        };
+        let acknowledged = crate::state::now_ms();
+        shared
+            .metrics
+            .produce_latency
+            .with_label_values(&[&shared.name])
+            .observe(sent.elapsed().as_secs_f64());
+        let mut target_at = produced.base_offset;
+        for piece in pieces {
+            match piece {
+                Piece::Batch {
+                    bytes,
+                    source_next,
+                    records,
+                    sequence_count,
+                    passed_through,
+                    timestamp,
+                    _budget,
+                } => {
+                    shared
+                        .metrics
+                        .replication_latency
+                        .with_label_values(&[&shared.name])
+                        .observe((acknowledged - timestamp).max(0) as f64 / 1000.0);
+                    target_at += i64::from(sequence_count);
+                    state.set_acked(source_next, target_at);
+                    PartitionState::add(&state.counters.records, records as u64);
+                    PartitionState::add(&state.counters.bytes, bytes.len() as u64);
+                    let counter = if passed_through {
+                        &state.counters.batches_passed
+                    } else {
+                        &state.counters.batches_reencoded
+                    };
+                    PartitionState::add(counter, 1);
+                }
+                Piece::Position(p) => state.set_acked(p, target_at),
+            }
+        }
+    }
+}
+
+/// Target answers meaning its idempotent-producer state for the mirror is
+/// not what the mirror thinks: whether the last produce was written is
+/// unknown, so the partition re-reads the target's tail.
+fn producer_state_lost(code: ResponseError) -> bool {
+    matches!(
+        code,
+        ResponseError::OutOfOrderSequenceNumber
+            | ResponseError::UnknownProducerId
+            | ResponseError::InvalidProducerEpoch
+            | ResponseError::ProducerFenced
+            | ResponseError::DuplicateSequenceNumber
+    )
+}
+
+/// A fresh idempotent producer id from the target (InitProducerId without
+/// a transactional id), retried while the target says to.
+async fn init_producer_id(target: &Cluster) -> Result<(i64, i16), UpstreamError> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60);
+    let mut backoff = Backoff::default();
+    loop {
+        let attempt = async {
+            let connection = target.any_broker().await?;
+            let request = InitProducerIdRequest::default()
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id((-1).into())
+                .with_producer_epoch(-1);
+            let response = connection.request(&request).await?;
+            strait_upstream::error::check(
+                target.name(),
+                || "InitProducerId".to_owned(),
+                response.error_code,
+            )?;
+            Ok::<_, UpstreamError>((response.producer_id.0, response.producer_epoch))
+        };
+        match attempt.await {
+            Ok(id) => return Ok(id),
+            Err(e) if e.is_retriable() => {
+                if e.wants_metadata_refresh() {
+                    target.invalidate();
+                }
+                backoff.wait(deadline, started, "InitProducerId", e).await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! The mirror's committed positions: consumer group offsets on the source
+//! cluster, under the mirror's group, so ordinary lag tools see them.
+//!
+//! Each commit is standalone (generation -1, no member) and its metadata
+//! string carries the target offset that the committed source offset maps
+//! to (`strait-mirror:v1:target=1234`). On start the mirror reads the
+//! target from there to find exactly what is already mirrored. A source
+//! that drops commit metadata (Tansu 0.6.0 does) leaves only the source
+//! offset; the mirror then matches the target's last batch by content
+//! instead (see `resume`).
+
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use kafka_protocol::messages::{ApiKey, GroupId, OffsetCommitRequest, OffsetFetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use strait_upstream::{Cluster, UpstreamError};
+
+const METADATA_PREFIX: &str = "strait-mirror:v1:target=";
+
+/// A committed position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Committed {
+    /// The next source offset to mirror.
+    pub offset: i64,
+    /// The target offset that source offset maps to, when the source kept
+    /// the commit's metadata.
+    pub target_offset: Option<i64>,
+}
+
+/// One position to commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToCommit {
+    /// Source topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The next source offset to mirror.
+    pub offset: i64,
+    /// The target offset it maps to.
+    pub target_offset: i64,
+}
+
+/// Reads the group's committed positions for `partitions` of `topic`
+/// (partitions without one are left out).
+pub async fn load(
+    source: &Cluster,
+    group: &str,
+    topic: &str,
+    partitions: &[i32],
+) -> Result<Vec<(i32, Committed)>, UpstreamError> {
+    let coordinator = source.coordinator(group).await?;
+    // v8 moves the group into an array; one group needs none of that.
+    let version = coordinator.version(ApiKey::OffsetFetch)?.min(7);
+    let request = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+            .with_partition_indexes(partitions.to_vec())]))
+        .with_require_stable(version >= 7);
+    let response = coordinator_call(source, group, coordinator.request_at(&request, version).await)?;
+    check(source, group, "OffsetFetch", response.error_code)?;
+    let mut found = Vec::new();
+    for t in response.topics.iter().filter(|t| t.name.as_str() == topic) {
+        for p in &t.partitions {
+            check(source, group, "OffsetFetch", p.error_code)?;
+            if p.committed_offset < 0 {
+                continue;
+            }
+            let target_offset = p
+                .metadata
+                .as_ref()
+                .and_then(|m| m.strip_prefix(METADATA_PREFIX)?.parse::<i64>().ok());
+            found.push((
+                p.partition_index,
+                Committed {
+                    offset: p.committed_offset,
+                    target_offset,
+                },
+            ));
+        }
+    }
+    Ok(found)
+}
+
+/// Commits `positions` under `group` (standalone commits).
+pub async fn commit(source: &Cluster, group: &str, positions: &[ToCommit]) -> Result<(), UpstreamError> {
+    if positions.is_empty() {
+        return Ok(());
+    }
+    let mut topics: Vec<OffsetCommitRequestTopic> = Vec::new();
+    for p in positions {
+        let partition = OffsetCommitRequestPartition::default()
+            .with_partition_index(p.partition)
+            .with_committed_offset(p.offset)
+            .with_committed_metadata(Some(StrBytes::from_string(format!(
+                "{METADATA_PREFIX}{}",
+                p.target_offset
+            ))));
+        match topics.iter_mut().find(|t| *t.name == *p.topic) {
+            Some(t) => t.partitions.push(partition),
+            None => topics.push(
+                OffsetCommitRequestTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(p.topic.clone())))
+                    .with_partitions(vec![partition]),
+            ),
+        }
+    }
+    let coordinator = source.coordinator(group).await?;
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(topics);
+    let response = coordinator_call(source, group, coordinator.request(&request).await)?;
+    for t in &response.topics {
+        for p in &t.partitions {
+            check(source, group, "OffsetCommit", p.error_code)?;
+        }
+    }
+    Ok(())
+}
+
+/// Passes a coordinator answer through, forgetting the coordinator when
+/// the connection to it failed.
+fn coordinator_call<T>(
+    source: &Cluster,
+    group: &str,
+    result: Result<T, UpstreamError>,
+) -> Result<T, UpstreamError> {
+    if result.as_ref().is_err_and(UpstreamError::wants_metadata_refresh) {
+        source.forget_coordinator(group);
+    }
+    result
+}
+
+fn check(source: &Cluster, group: &str, api: &str, code: i16) -> Result<(), UpstreamError> {
+    let Some(error) = ResponseError::try_from_code(code) else {
+        return Ok(());
+    };
+    if matches!(
+        error,
+        ResponseError::NotCoordinator | ResponseError::CoordinatorNotAvailable
+    ) {
+        source.forget_coordinator(group);
+    }
+    Err(UpstreamError::Kafka {
+        cluster: source.name().to_owned(),
+        what: format!("{api} for group {group}"),
+        code: error,
+    })
+}

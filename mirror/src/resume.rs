@@ -1,0 +1,410 @@
+//! Where a partition goes on from: exactly after the last batch already on
+//! the target.
+//!
+//! Batches travel with their contents unchanged, and turning the same
+//! source batches into target batches always gives the same bytes, so the
+//! target's tail can be compared with the source batch by batch:
+//!
+//! - **Known point** (the source kept the commit's metadata, or this
+//!   process acknowledged the point itself): source offset C maps to target
+//!   offset T. Every target batch from T on must be, in order, the next
+//!   batch the source gives from C; the partition goes on after the last
+//!   one. A mismatch stops the partition ([`MirrorError::Diverged`]).
+//! - **Source offset only** (a source that drops commit metadata, as Tansu
+//!   0.6.0 does): the target's last batch is looked for among the batches
+//!   the source gives from C; the partition goes on after it, or at C when
+//!   it is not there (nothing after C was mirrored).
+//! - **No commit**: the partition starts at `start` (earliest or latest)
+//!   and commits that position, with the target's end, before it produces
+//!   anything, so a crash before the first periodic commit still leaves a
+//!   known point.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{FetchRequest, ListOffsetsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use strait_upstream::{Cluster, UpstreamError};
+
+use crate::batch::{self, FetchedBatches, Fingerprint, PartitionTransformer, SourceBatch, TransformOptions};
+use crate::error::{self, MirrorError};
+use crate::grouped::Fetched;
+use crate::partition::Shared;
+use crate::positions::{self, ToCommit};
+use crate::state::PartitionState;
+
+/// Where a partition starts when its group has no committed position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAt {
+    /// The source's log start.
+    Earliest,
+    /// The source's high watermark when the partition is first seen.
+    Latest,
+}
+
+/// Most bytes read per fetch while resuming.
+const READ_BYTES: i32 = 8 << 20;
+/// How long a target read may wait for data (Tansu answers a wait of 0
+/// without any partition).
+const READ_WAIT: Duration = Duration::from_millis(100);
+
+/// The (source offset, target offset) the partition goes on from.
+pub async fn resume(
+    shared: &Shared,
+    state: &PartitionState,
+    options: TransformOptions,
+) -> Result<(i64, i64), MirrorError> {
+    let (source_offset, target_offset) = match state.acked() {
+        Some((s, t)) => (s, Some(t)),
+        None => {
+            let committed = positions::load(
+                &shared.source,
+                &shared.group,
+                &state.source_topic,
+                &[state.partition],
+            )
+            .await
+            .map_err(error::source)?;
+            match committed.first() {
+                Some((_, c)) => (c.offset, c.target_offset),
+                None => return first_start(shared, state).await,
+            }
+        }
+    };
+    match target_offset {
+        Some(t) => walk(shared, state, options, source_offset, t).await,
+        None => align(shared, state, options, source_offset).await,
+    }
+}
+
+async fn first_start(shared: &Shared, state: &PartitionState) -> Result<(i64, i64), MirrorError> {
+    let timestamp = match shared.start {
+        StartAt::Earliest => -2,
+        StartAt::Latest => -1,
+    };
+    let start = list_offset(&shared.source, &state.source_topic, state.partition, timestamp)
+        .await
+        .map_err(error::source)?;
+    let (end, _) = target_tail(&shared.target, &state.target_topic, state.partition).await?;
+    positions::commit(
+        &shared.source,
+        &shared.group,
+        &[ToCommit {
+            topic: state.source_topic.to_string(),
+            partition: state.partition,
+            offset: start,
+            target_offset: end,
+        }],
+    )
+    .await
+    .map_err(error::source)?;
+    state.committed(start);
+    tracing::info!(
+        mirror = %shared.name, topic = %state.source_topic, partition = state.partition,
+        source_offset = start, target_offset = end, "partition starts (no committed position)"
+    );
+    Ok((start, end))
+}
+
+/// Known point: compare the target from `t` with the source from `s`.
+async fn walk(
+    shared: &Shared,
+    state: &PartitionState,
+    options: TransformOptions,
+    s: i64,
+    t: i64,
+) -> Result<(i64, i64), MirrorError> {
+    let mut source = SourceCursor::new(shared, state, s, options);
+    let (mut s_next, mut t_next) = (s, t);
+    let mut offset = t;
+    loop {
+        let read = match read(&shared.target, &state.target_topic, state.partition, offset).await {
+            Ok(read) => read,
+            Err(e) if e.code() == Some(ResponseError::OffsetOutOfRange) => {
+                let (end, _) = target_tail(&shared.target, &state.target_topic, state.partition).await?;
+                if end < t {
+                    tracing::error!(
+                        mirror = %shared.name, topic = %state.target_topic, partition = state.partition,
+                        committed_target_offset = t, target_end = end,
+                        "the target lost records the mirror had written and committed; mirroring goes on from the committed position"
+                    );
+                    return Ok((s, end));
+                }
+                return Ok((s_next, t_next));
+            }
+            Err(e) => return Err(error::target(e)),
+        };
+        let mut any = false;
+        for found in FetchedBatches::new(&read.records) {
+            let found = found.map_err(|e| diverged(state, format!("unreadable target batch: {e}")))?;
+            if found.last_offset() < offset {
+                continue;
+            }
+            any = true;
+            let header = found.header();
+            let theirs = fingerprint(found)?;
+            let Some((ours, source_next)) = source.next().await? else {
+                return Err(diverged(
+                    state,
+                    format!(
+                        "the target holds a batch at offset {} that the source does not have after offset {s}",
+                        header.base_offset
+                    ),
+                ));
+            };
+            if theirs != ours {
+                return Err(diverged(
+                    state,
+                    format!(
+                        "the target's batch at offset {} differs from the source's batch ending at offset {}",
+                        header.base_offset,
+                        source_next - 1
+                    ),
+                ));
+            }
+            s_next = source_next;
+            t_next = found.last_offset() + 1;
+            offset = t_next;
+        }
+        if !any {
+            if s_next != s || t_next != t {
+                tracing::info!(
+                    mirror = %shared.name, topic = %state.source_topic, partition = state.partition,
+                    committed = s, resumes_at = s_next, already_on_target = s_next - s,
+                    "records after the committed position were already on the target; not sending them again"
+                );
+            }
+            return Ok((s_next, t_next));
+        }
+    }
+}
+
+/// Source offset only: find the target's last batch among the source's
+/// batches from `s`.
+async fn align(
+    shared: &Shared,
+    state: &PartitionState,
+    options: TransformOptions,
+    s: i64,
+) -> Result<(i64, i64), MirrorError> {
+    let (end, last) = target_tail(&shared.target, &state.target_topic, state.partition).await?;
+    let Some(last) = last else {
+        return Ok((s, end));
+    };
+    let mut source = SourceCursor::new(shared, state, s, options);
+    while let Some((ours, source_next)) = source.next().await? {
+        if ours == last {
+            tracing::info!(
+                mirror = %shared.name, topic = %state.source_topic, partition = state.partition,
+                committed = s, resumes_at = source_next,
+                "the source keeps no commit metadata; found the target's last batch by content"
+            );
+            return Ok((source_next, end));
+        }
+    }
+    Ok((s, end))
+}
+
+fn fingerprint(found: SourceBatch<'_>) -> Result<Fingerprint, MirrorError> {
+    batch::fingerprint(found.bytes()).map_err(|e| MirrorError::Target {
+        error: UpstreamError::Malformed {
+            broker: "target".to_owned(),
+            api: kafka_protocol::messages::ApiKey::Fetch,
+            detail: e.to_string(),
+        },
+    })
+}
+
+fn diverged(state: &PartitionState, detail: String) -> MirrorError {
+    MirrorError::Diverged {
+        source_topic: state.source_topic.to_string(),
+        target_topic: state.target_topic.to_string(),
+        partition: state.partition,
+        detail,
+    }
+}
+
+/// The target batches the source gives from an offset, one at a time.
+struct SourceCursor<'a> {
+    shared: &'a Shared,
+    state: &'a PartitionState,
+    transformer: PartitionTransformer,
+    ready: std::collections::VecDeque<(Fingerprint, i64)>,
+    done: bool,
+}
+
+impl<'a> SourceCursor<'a> {
+    fn new(shared: &'a Shared, state: &'a PartitionState, from: i64, options: TransformOptions) -> Self {
+        SourceCursor {
+            shared,
+            state,
+            transformer: PartitionTransformer::new(from, options),
+            ready: Default::default(),
+            done: false,
+        }
+    }
+
+    /// The next target batch's fingerprint and the source offset after it;
+    /// `None` once the source has nothing more.
+    async fn next(&mut self) -> Result<Option<(Fingerprint, i64)>, MirrorError> {
+        while self.ready.is_empty() && !self.done {
+            let position = self.transformer.position();
+            let fetched = self
+                .shared
+                .fetcher
+                .fetch(
+                    &self.state.source_topic,
+                    self.state.partition,
+                    position,
+                    READ_BYTES,
+                )
+                .await
+                .map_err(error::source)?;
+            self.state.set_high_watermark(fetched.high_watermark);
+            let aborted: Vec<batch::AbortedTransaction> = fetched
+                .aborted
+                .iter()
+                .map(|&(producer_id, first_offset)| batch::AbortedTransaction {
+                    producer_id,
+                    first_offset,
+                })
+                .collect();
+            self.transformer.add_aborted(&aborted);
+            for found in FetchedBatches::new(&fetched.records) {
+                let found = found.map_err(|error| MirrorError::SourceData {
+                    offset: position,
+                    error,
+                })?;
+                let transformed =
+                    self.transformer
+                        .transform(&found)
+                        .map_err(|error| MirrorError::SourceData {
+                            offset: position,
+                            error,
+                        })?;
+                for out in transformed.batches() {
+                    self.ready
+                        .push_back((out.fingerprint(), out.source().last_offset + 1));
+                }
+            }
+            // Caught up: nothing came back and the position is at the
+            // watermark (or the broker named none).
+            if fetched.records.is_empty()
+                && (fetched.high_watermark < 0 || self.transformer.position() >= fetched.high_watermark)
+            {
+                self.done = true;
+            }
+        }
+        Ok(self.ready.pop_front())
+    }
+}
+
+/// The target partition's end (next offset) and the fingerprint of its
+/// last batch. Reads forward from the listed end, since a broker may
+/// under-report it (Tansu 0.6.0 does).
+pub async fn target_tail(
+    target: &Cluster,
+    topic: &str,
+    partition: i32,
+) -> Result<(i64, Option<Fingerprint>), MirrorError> {
+    let listed = list_offset(target, topic, partition, -1)
+        .await
+        .map_err(error::target)?;
+    let mut offset = (listed - 1).max(0);
+    let mut end = listed;
+    let mut last = None;
+    loop {
+        let read = match read(target, topic, partition, offset).await {
+            Ok(read) => read,
+            Err(e) if e.code() == Some(ResponseError::OffsetOutOfRange) => return Ok((end, last)),
+            Err(e) => return Err(error::target(e)),
+        };
+        let mut any = false;
+        for found in FetchedBatches::new(&read.records) {
+            let Ok(found) = found else { break };
+            if found.last_offset() < offset {
+                continue;
+            }
+            any = true;
+            last = Some(fingerprint(found)?);
+            end = end.max(found.last_offset() + 1);
+            offset = found.last_offset() + 1;
+        }
+        if !any {
+            return Ok((end, last));
+        }
+    }
+}
+
+/// One read of a target partition (read_uncommitted: the mirror's own
+/// writes are not transactional).
+async fn read(cluster: &Cluster, topic: &str, partition: i32, offset: i64) -> Result<Fetched, UpstreamError> {
+    let (_, connection) = cluster.leader(topic, partition).await?;
+    let request = FetchRequest::default()
+        .with_max_wait_ms(READ_WAIT.as_millis() as i32)
+        .with_min_bytes(1)
+        .with_max_bytes(READ_BYTES)
+        .with_isolation_level(0)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(READ_BYTES)])]);
+    let response = connection.request(&request).await?;
+    let what = || format!("Fetch {topic}-{partition} at {offset}");
+    strait_upstream::error::check(cluster.name(), what, response.error_code)?;
+    let Some(p) = response
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .find(|p| p.partition_index == partition)
+    else {
+        return Ok(Fetched::default());
+    };
+    strait_upstream::error::check(cluster.name(), what, p.error_code)?;
+    Ok(Fetched {
+        records: p.records.clone().unwrap_or_else(Bytes::new),
+        high_watermark: p.high_watermark,
+        last_stable_offset: p.last_stable_offset,
+        log_start_offset: p.log_start_offset,
+        aborted: Vec::new(),
+    })
+}
+
+/// ListOffsets of one partition: -2 earliest, -1 latest.
+pub async fn list_offset(
+    cluster: &Cluster,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+) -> Result<i64, UpstreamError> {
+    let (_, connection) = cluster.leader(topic, partition).await?;
+    let request = ListOffsetsRequest::default()
+        .with_replica_id((-1).into())
+        .with_isolation_level(0)
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(partition)
+                .with_timestamp(timestamp)])]);
+    let response = connection.request(&request).await?;
+    let found = response
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .find(|p| p.partition_index == partition);
+    let what = || format!("ListOffsets {topic}-{partition}");
+    let Some(p) = found else {
+        return Err(UpstreamError::Kafka {
+            cluster: cluster.name().to_owned(),
+            what: what(),
+            code: ResponseError::UnknownTopicOrPartition,
+        });
+    };
+    strait_upstream::error::check(cluster.name(), what, p.error_code)?;
+    Ok(p.offset.max(0))
+}

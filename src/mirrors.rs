@@ -1,0 +1,96 @@
+//! Running the `mirrors:` of a configuration, for `strait mirror` and
+//! `strait serve`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::Registry;
+use strait_config::mirror::{OnLostRecords, StartPosition};
+use strait_config::Config;
+use strait_mirror::metrics::{MirrorMetrics, PartitionCollector};
+use strait_mirror::mirror::{MirrorSpec, Partitions};
+use strait_mirror::partition::OnLost;
+use strait_mirror::resume::StartAt;
+use strait_upstream::{Cluster, ClusterOptions, ConnectOptions};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// The configured upstream clusters, by name.
+pub fn clusters(config: &Config) -> BTreeMap<String, Cluster> {
+    config
+        .clusters
+        .iter()
+        .map(|(name, c)| {
+            let options = ClusterOptions {
+                bootstrap: c.bootstrap.clone(),
+                connect: ConnectOptions {
+                    client_id: c.client_id.clone(),
+                    connect_timeout: c.connect_timeout.into(),
+                    request_timeout: c.request_timeout.into(),
+                    max_bytes_in_flight: c.max_bytes_in_flight.bytes() as usize,
+                },
+                metadata_max_age: c.metadata_refresh.into(),
+            };
+            (name.clone(), Cluster::new(name.clone(), options))
+        })
+        .collect()
+}
+
+/// Starts every mirror of a validated `config` and registers their metrics
+/// in `registry`. Each runs until `shutdown` turns true, then writes what
+/// it fetched (for at most `server.shutdown_grace`) and commits.
+pub fn start(
+    config: &Config,
+    registry: &Registry,
+    shutdown: &watch::Receiver<bool>,
+) -> anyhow::Result<JoinSet<()>> {
+    let clusters = clusters(config);
+    let metrics = MirrorMetrics::register(registry)?;
+    let collector = Arc::new(PartitionCollector::new(config.admin.partition_labels));
+    registry.register(Box::new(CollectorHandle(collector.clone())))?;
+    let mut tasks = JoinSet::new();
+    for (name, m) in &config.mirrors {
+        let filter = m.topic_filter();
+        let rename = m.clone();
+        let spec = MirrorSpec {
+            name: name.clone(),
+            source: clusters[&m.source].clone(),
+            target: clusters[&m.target].clone(),
+            topics: Arc::new(move |topic| filter.matches(topic)),
+            rename: Arc::new(move |topic| rename.target_topic(topic)),
+            group: m.group_id(name),
+            commit_interval: m.commit_interval.into(),
+            discovery_interval: m.discovery_interval.into(),
+            start: match m.start {
+                StartPosition::Earliest => StartAt::Earliest,
+                StartPosition::Latest => StartAt::Latest,
+            },
+            max_bytes_in_flight: m.max_bytes_in_flight.bytes() as usize,
+            on_lost: match m.on_lost_records {
+                OnLostRecords::Continue => OnLost::Continue,
+                OnLostRecords::Stop => OnLost::Stop,
+            },
+            shutdown_grace: Duration::from(config.server.shutdown_grace),
+            metrics: metrics.clone(),
+        };
+        let partitions = Partitions::default();
+        collector.add(name, partitions.clone());
+        tasks.spawn(strait_mirror::mirror::run(spec, partitions, shutdown.clone()));
+    }
+    Ok(tasks)
+}
+
+/// Lets one collector be registered while the mirrors keep adding to it.
+#[derive(Debug)]
+struct CollectorHandle(Arc<PartitionCollector>);
+
+impl prometheus::core::Collector for CollectorHandle {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.0.desc()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.0.collect()
+    }
+}
