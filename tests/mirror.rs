@@ -15,12 +15,18 @@ use serde_json::Value;
 use support::{metric, run_client, MirrorProc, Strait, Tansu};
 
 /// A config with clusters `src` and `dst` and one mirror `m` of `topics`,
-/// committing every 500ms unless `extra` sets `commit_interval`.
+/// committing every 500ms and looking for topics every 1s unless `extra`
+/// sets `commit_interval` or `discovery_interval`.
 fn config(source: &str, target: &str, topics: &str, extra: &str) -> String {
     let commit = if extra.contains("commit_interval") {
         ""
     } else {
         "    commit_interval: 500ms\n"
+    };
+    let discovery = if extra.contains("discovery_interval") {
+        ""
+    } else {
+        "    discovery_interval: 1s\n"
     };
     format!(
         r#"
@@ -34,8 +40,7 @@ mirrors:
     source: src
     target: dst
     topics: "{topics}"
-    discovery_interval: 1s
-{commit}{extra}
+{discovery}{commit}{extra}
 "#
     )
 }
@@ -310,5 +315,286 @@ fn target_restart_mid_stream_loses_and_duplicates_nothing() {
     assert!(
         errors >= 1.0,
         "the outage shows in the error counters:\n{metrics}"
+    );
+}
+
+fn describe(bootstrap: &str, topic: &str) -> Value {
+    run_client(
+        "ck_admin.py",
+        &[
+            "--bootstrap",
+            bootstrap,
+            "describe",
+            "--topic",
+            topic,
+            "--allow-error",
+        ],
+    )
+}
+
+/// A topic created on the source while the mirror runs appears on the
+/// target (renamed) within the discovery interval, with the source's
+/// partition count and topic configs; partitions added on the source are
+/// followed; the records arrive.
+#[test]
+fn new_topics_and_partitions_are_followed_with_their_configs() {
+    let source = Strait::start(&[]);
+    let target = Strait::start(&[]);
+    let mirror = MirrorProc::start(&config(
+        &source.bootstrap(),
+        &target.bootstrap(),
+        "live\\\\..*",
+        "    rename: \"dc1.{topic}\"\n    discovery_interval: 2s",
+    ));
+    let created = run_client(
+        "ck_admin.py",
+        &[
+            "--bootstrap",
+            &source.bootstrap(),
+            "create",
+            "--topic",
+            "live.a",
+            "--partitions",
+            "2",
+            "--config",
+            "retention.ms=3600000",
+            "--config",
+            "max.message.bytes=500000",
+        ],
+    );
+    assert_eq!(created["ok"], true, "{created}");
+    let appeared = Instant::now();
+    wait_until("dc1.live.a on the target", Duration::from_secs(10), || {
+        describe(&target.bootstrap(), "dc1.live.a")["topics"]["dc1.live.a"]["partitions"] == 2
+    });
+    eprintln!("dc1.live.a appeared {:?} after its creation", appeared.elapsed());
+    let configs = &describe(&target.bootstrap(), "dc1.live.a")["configs"];
+    assert_eq!(configs["retention.ms"], "3600000", "{configs}");
+    assert_eq!(configs["max.message.bytes"], "500000", "{configs}");
+    produce(&source.bootstrap(), "live.a", 0, 300, "lz4");
+    assert_mirrored(
+        &source.bootstrap(),
+        &target.bootstrap(),
+        "live.a",
+        "dc1.live.a",
+        300,
+    );
+
+    let grown = run_client(
+        "ck_admin.py",
+        &[
+            "--bootstrap",
+            &source.bootstrap(),
+            "grow",
+            "--topic",
+            "live.a",
+            "--partitions",
+            "4",
+        ],
+    );
+    assert_eq!(grown["ok"], true, "{grown}");
+    wait_until(
+        "dc1.live.a grown to 4 partitions",
+        Duration::from_secs(10),
+        || describe(&target.bootstrap(), "dc1.live.a")["topics"]["dc1.live.a"]["partitions"] == 4,
+    );
+    produce(&source.bootstrap(), "live.a", 300, 400, "zstd");
+    let mirrored = dump(&target.bootstrap(), "dc1.live.a", 700);
+    assert!(
+        mirrored["2"].len() + mirrored["3"].len() > 0,
+        "the new partitions carry records"
+    );
+    assert_mirrored(
+        &source.bootstrap(),
+        &target.bootstrap(),
+        "live.a",
+        "dc1.live.a",
+        700,
+    );
+    // Topics the filter does not take stay on the source.
+    support::create_topic("ck_admin.py", &source.bootstrap(), "other", 1);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(describe(&target.bootstrap(), "dc1.other")["topics"]["dc1.other"]["error"].is_string());
+    drop(mirror);
+}
+
+/// Lag while the target is down: lag in records rises with what is
+/// produced, lag in seconds follows the age of the oldest record not yet
+/// mirrored; when the target returns both fall to 0. SIGTERM then commits
+/// and exits 0, leaving the source group at the end of every partition.
+#[test]
+fn lag_rises_while_the_target_is_down_and_falls_to_zero_after() {
+    let source = Strait::start(&[]);
+    let mut target = Strait::start(&[]);
+    support::create_topic("ck_admin.py", &source.bootstrap(), "lagging", 2);
+    let mut mirror = MirrorProc::start(&config(&source.bootstrap(), &target.bootstrap(), "lagging", ""));
+    produce(&source.bootstrap(), "lagging", 0, 100, "none");
+    assert_mirrored(
+        &source.bootstrap(),
+        &target.bootstrap(),
+        "lagging",
+        "lagging",
+        100,
+    );
+    let lag = |metrics: &str, name: &str| -> f64 {
+        (0..2)
+            .filter_map(|p| metric(metrics, &[&format!("{name}{{"), &format!("partition=\"{p}\"")]))
+            .fold(0.0, |a, b| {
+                if name.ends_with("seconds") {
+                    f64::max(a, b)
+                } else {
+                    a + b
+                }
+            })
+    };
+    wait_until("lag 0", Duration::from_secs(10), || {
+        lag(&mirror.get("/metrics"), "strait_mirror_lag_records") == 0.0
+    });
+
+    target.kill();
+    let stopped_at = Instant::now();
+    produce(&source.bootstrap(), "lagging", 100, 500, "none");
+    wait_until("lag in records up to 500", Duration::from_secs(20), || {
+        lag(&mirror.get("/metrics"), "strait_mirror_lag_records") == 500.0
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let metrics = mirror.get("/metrics");
+    let seconds = lag(&metrics, "strait_mirror_lag_seconds");
+    let oldest = stopped_at.elapsed().as_secs_f64();
+    // The oldest unmirrored record was produced just after the target
+    // stopped: its age is (nearly) the time since then.
+    assert!(
+        (oldest - 2.5..=oldest + 1.0).contains(&seconds),
+        "lag {seconds} s, oldest unmirrored record about {oldest:.1} s old\n{metrics}"
+    );
+
+    target.restart();
+    wait_until("lag back to 0", Duration::from_secs(60), || {
+        let metrics = mirror.get("/metrics");
+        lag(&metrics, "strait_mirror_lag_records") == 0.0 && lag(&metrics, "strait_mirror_lag_seconds") == 0.0
+    });
+    assert_mirrored(
+        &source.bootstrap(),
+        &target.bootstrap(),
+        "lagging",
+        "lagging",
+        600,
+    );
+
+    assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
+    // The group's committed positions are at the end of each partition.
+    let offsets = run_client(
+        "ck_admin.py",
+        &[
+            "--bootstrap",
+            &source.bootstrap(),
+            "offsets",
+            "--topic",
+            "lagging",
+        ],
+    );
+    let group = committed(&source.bootstrap(), "m", "lagging", 2);
+    for p in 0..2 {
+        assert_eq!(
+            Some(group[p]),
+            offsets["latest"][p.to_string()].as_i64(),
+            "partition {p}: committed {group:?}, {offsets}"
+        );
+    }
+}
+
+/// The group's committed offsets of `partitions` partitions of `topic`.
+fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let cluster = strait_upstream::Cluster::new(
+            "source",
+            strait_upstream::ClusterOptions {
+                bootstrap: vec![bootstrap.to_owned()],
+                connect: strait_upstream::ConnectOptions::default(),
+                metadata_max_age: Duration::from_secs(60),
+            },
+        );
+        let all: Vec<i32> = (0..partitions).collect();
+        let mut found = strait_mirror::positions::load(&cluster, group, topic, &all)
+            .await
+            .expect("OffsetFetch");
+        found.sort_by_key(|(p, _)| *p);
+        found.iter().map(|(_, c)| c.offset).collect()
+    })
+}
+
+/// Source retention deletes records before they were mirrored (the mirror
+/// was stopped): the next start counts them as lost and logs it, goes on
+/// from the log start, and mirrors the rest.
+#[test]
+fn records_deleted_by_source_retention_are_counted_as_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let source_config = dir.path().join("source.yaml");
+    std::fs::write(
+        &source_config,
+        "spool:\n  segment_bytes: 64KiB\n  retention_bytes: 200KiB\n  retention_check_interval: 1s\n  max_batch_bytes: 64KiB\n",
+    )
+    .unwrap();
+    let source = Strait::start(&["--config", source_config.to_str().unwrap()]);
+    let target = Strait::start(&[]);
+    support::create_topic("ck_admin.py", &source.bootstrap(), "short", 1);
+    produce(&source.bootstrap(), "short", 0, 50, "none");
+    let mut mirror = MirrorProc::start(&config(&source.bootstrap(), &target.bootstrap(), "short", ""));
+    assert_mirrored(&source.bootstrap(), &target.bootstrap(), "short", "short", 50);
+    mirror.stop();
+    // 3,000 records of about 1 KiB: far beyond 200 KiB, so retention
+    // deletes most of them.
+    let out = run_client(
+        "ck_produce.py",
+        &[
+            "--bootstrap",
+            &source.bootstrap(),
+            "--topic",
+            "short",
+            "--start",
+            "50",
+            "--count",
+            "3000",
+            "--value-size",
+            "1000",
+            "-X",
+            "batch.size=32768",
+        ],
+    );
+    assert_eq!(out["delivered"], 3000);
+    let mut earliest = 0;
+    wait_until("source retention", Duration::from_secs(20), || {
+        let offsets = run_client(
+            "ck_admin.py",
+            &["--bootstrap", &source.bootstrap(), "offsets", "--topic", "short"],
+        );
+        earliest = offsets["earliest"]["0"].as_i64().unwrap();
+        earliest > 50
+    });
+    mirror.restart();
+    let expected_lost = earliest - 50;
+    wait_until("the lost records counted", Duration::from_secs(30), || {
+        metric(&mirror.get("/metrics"), &["strait_mirror_lost_records_total{"]).unwrap_or(0.0)
+            >= expected_lost as f64
+    });
+    let metrics = mirror.get("/metrics");
+    assert_eq!(
+        metric(&metrics, &["strait_mirror_lost_records_total{"]),
+        Some(expected_lost as f64),
+        "{metrics}"
+    );
+    assert!(mirror.log().contains("LOST RECORDS"), "{}", mirror.log());
+    // Everything the source still has after the lost range is mirrored.
+    let remaining = 3050 - earliest as usize;
+    let ours = dump(&source.bootstrap(), "short", remaining);
+    let theirs = dump(&target.bootstrap(), "short", 50 + remaining);
+    assert_eq!(
+        theirs["0"][50..],
+        ours["0"][..],
+        "the target holds the first 50, then what the source kept"
     );
 }

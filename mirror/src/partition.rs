@@ -141,7 +141,10 @@ pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>) {
                 }
                 tracing::warn!(mirror = %shared.name, topic = %state.source_topic, partition = state.partition, error = %e, "partition retrying");
                 state.set_status(Status::Retrying(e.to_string()));
-                state.clear_unacked();
+                if state.oldest_unknown() {
+                    // Lag in seconds stays exact while the target is away.
+                    peek(&shared, &state).await;
+                }
                 let delay = backoff.next_delay();
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
@@ -149,6 +152,23 @@ pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>) {
                 }
             }
         }
+    }
+}
+
+/// Fetches the batch at the acknowledged position, only to learn the
+/// timestamp of the oldest record not yet mirrored.
+async fn peek(shared: &Shared, state: &PartitionState) {
+    let Some((next, _)) = state.acked() else { return };
+    let Ok(fetched) = shared
+        .fetcher
+        .fetch(&state.source_topic, state.partition, next, 1)
+        .await
+    else {
+        return;
+    };
+    state.set_high_watermark(fetched.high_watermark);
+    if let Some(Ok(found)) = FetchedBatches::new(&fetched.records).next() {
+        state.fetched(found.last_offset(), found.header().base_timestamp);
     }
 }
 

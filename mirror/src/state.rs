@@ -106,15 +106,23 @@ impl PartitionState {
         }
     }
 
-    /// Forgets the fetched-but-unacknowledged batches (the partition
-    /// re-reads from its acknowledged point).
-    pub fn clear_unacked(&self) {
-        self.progress().unacked.clear();
+    /// Notes a fetched batch (its last source offset and first timestamp)
+    /// not yet on the target. A batch fetched again after a retry is
+    /// noted once.
+    pub fn fetched(&self, last_offset: i64, timestamp: i64) {
+        let mut p = self.progress();
+        if p.acked.is_some_and(|(next, _)| last_offset < next) {
+            return;
+        }
+        if p.unacked.back().is_none_or(|(last, _)| *last < last_offset) {
+            p.unacked.push_back((last_offset, timestamp));
+        }
     }
 
-    /// Notes a fetched batch (its last source offset and first timestamp).
-    pub fn fetched(&self, last_offset: i64, timestamp: i64) {
-        self.progress().unacked.push_back((last_offset, timestamp));
+    /// Whether the age of the oldest unmirrored record is unknown while
+    /// records are waiting (nothing fetched since they arrived).
+    pub fn oldest_unknown(&self) -> bool {
+        self.lag_seconds().is_none() && self.lag_records() > 0
     }
 
     /// Takes a high watermark from a fetch answer (ignored when the broker

@@ -4,6 +4,7 @@
   ck_admin.py --bootstrap B create   --topic T [--partitions 8] [--replication-factor 1] [--config k=v ...]
   ck_admin.py --bootstrap B describe [--topic T]     (no --topic: every topic)
   ck_admin.py --bootstrap B delete   --topic T
+  ck_admin.py --bootstrap B grow     --topic T --partitions N   (CreatePartitions: N in total)
   ck_admin.py --bootstrap B offsets  --topic T      (ListOffsets earliest + latest)
 
 Prints one JSON line:
@@ -15,6 +16,7 @@ Prints one JSON line:
              "configs": {key: value} (with --topic; {} if DescribeConfigs failed),
              "configs_error": null | "..."}
   delete:   {"op": "delete", "topic": T, "ok": bool, "error": null | "..."}
+  grow:     {"op": "grow", "topic": T, "ok": bool, "error": null | "..."}
   offsets:  {"op": "offsets", "topic": T, "earliest": {"p": o}, "latest": {"p": o}, "error": null | "..."}
 
 Exit 1 (JSON still printed) when the operation failed (unless --allow-error).
@@ -25,7 +27,7 @@ import argparse
 from _common import emit, parse_kv, run
 
 from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import (AdminClient, ConfigResource, NewTopic, OffsetSpec,
+from confluent_kafka.admin import (AdminClient, ConfigResource, NewPartitions, NewTopic, OffsetSpec,
                                    ResourceType)
 
 
@@ -42,7 +44,7 @@ def err_text(e):
 def main(t0):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("op", choices=["create", "describe", "delete", "offsets"])
+    ap.add_argument("op", choices=["create", "describe", "delete", "offsets", "grow"])
     ap.add_argument("--topic")
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--replication-factor", type=int, default=1)
@@ -67,6 +69,13 @@ def main(t0):
                       config=parse_kv(a.config))
         try:
             admin.create_topics([nt], operation_timeout=a.timeout, request_timeout=a.timeout)[a.topic].result()
+        except Exception as e:  # noqa: BLE001
+            result["error"] = err_text(e)
+
+    elif a.op == "grow":
+        try:
+            admin.create_partitions([NewPartitions(a.topic, a.partitions)], operation_timeout=a.timeout,
+                                    request_timeout=a.timeout)[a.topic].result()
         except Exception as e:  # noqa: BLE001
             result["error"] = err_text(e)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Read every record of a topic with confluent-kafka, partition by partition.
 
-Assigns all partitions of --topic from their start (no group, no commits,
+Assigns all partitions of --topic from their log start (no group, no commits,
 read_committed) and reads until --expect records were seen in total and
 every partition reached its end, or --timeout. Prints:
 
@@ -18,7 +18,7 @@ import time
 
 from _common import decode, emit, parse_kv, run
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 
 def main(t0):
@@ -36,6 +36,7 @@ def main(t0):
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
         "client.id": "ck_dump",
     }
     conf.update(parse_kv(a.extra))
@@ -51,7 +52,7 @@ def main(t0):
             time.sleep(0.2)
     if partitions is None:
         emit({"count": 0, "expect": a.expect, "partitions": {}, "error": "topic not found"}, False)
-    c.assign([TopicPartition(a.topic, p, 0) for p in partitions])
+    c.assign([TopicPartition(a.topic, p, OFFSET_BEGINNING) for p in partitions])
     out = {str(p): [] for p in partitions}
     at_end = set()
     count = 0
