@@ -94,6 +94,12 @@ impl Shared {
     fn shutting_down(&self) -> bool {
         *self.shutdown.borrow()
     }
+
+    /// Counts an error of `kind` (a [`MirrorError::kind`]) for a partition.
+    fn count_error(&self, state: &PartitionState, kind: &str) {
+        PartitionState::add(&state.counters.errors, 1);
+        self.metrics.errors.with_label_values(&[&self.name, kind]).inc();
+    }
 }
 
 /// Mirrors one partition until shutdown (or until it must stop).
@@ -115,12 +121,7 @@ pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>) {
             Err(e) => Err(e),
         };
         if let Err(e) = &outcome {
-            PartitionState::add(&state.counters.errors, 1);
-            shared
-                .metrics
-                .errors
-                .with_label_values(&[&shared.name, e.kind()])
-                .inc();
+            shared.count_error(&state, e.kind());
         }
         match outcome {
             Ok(()) => return,
@@ -264,6 +265,7 @@ async fn fetch_loop(
                 continue;
             }
             Err(e) if e.is_retriable() => {
+                shared.count_error(state, "source");
                 if e.wants_metadata_refresh() {
                     shared.source.invalidate();
                 }

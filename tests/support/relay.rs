@@ -27,7 +27,7 @@ pub struct Relay {
 }
 
 struct State {
-    target: SocketAddr,
+    target: Mutex<SocketAddr>,
     /// One-way delay in microseconds.
     delay_us: AtomicU64,
     stalled: AtomicBool,
@@ -42,7 +42,7 @@ impl Relay {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind relay");
         let port = listener.local_addr().expect("relay addr").port();
         let state = Arc::new(State {
-            target,
+            target: Mutex::new(target),
             delay_us: AtomicU64::new(one_way_delay.as_micros() as u64),
             stalled: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
@@ -55,7 +55,8 @@ impl Relay {
                     return;
                 }
                 let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect(accepting.target) else {
+                let target = *accepting.target.lock().unwrap();
+                let Ok(server) = TcpStream::connect(target) else {
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
                 };
@@ -85,6 +86,12 @@ impl Relay {
     /// `127.0.0.1:port`.
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Relays new connections to `target` from now on (for a broker that
+    /// must be told the relay's address before it starts).
+    pub fn retarget(&self, target: SocketAddr) {
+        *self.state.target.lock().unwrap() = target;
     }
 
     /// Holds (or releases) every byte in both directions: a network stall.
