@@ -800,3 +800,29 @@ fn transactional_sources_are_mirrored_as_read_committed_sees_them_without_marker
         );
     }
 }
+
+/// `strait serve` runs the mirrors of its configuration beside the broker,
+/// with the admin listener.
+#[test]
+fn strait_serve_runs_the_configured_mirrors() {
+    let source = Tansu::start();
+    let target = Strait::start(&[]);
+    support::create_topic("ck_admin.py", &source.bootstrap(), "served", 3);
+    produce(&source.bootstrap(), "served", 0, 300, "gzip");
+    let dir = tempfile::tempdir().unwrap();
+    let admin = support::free_port();
+    let path = dir.path().join("serve.yaml");
+    let yaml = config(&source.bootstrap(), &target.bootstrap(), "served", "")
+        .replace("{admin}", &format!("127.0.0.1:{admin}"));
+    std::fs::write(&path, yaml).unwrap();
+    let serving = Strait::start(&["--config", path.to_str().unwrap()]);
+    assert_mirrored(&source.bootstrap(), &target.bootstrap(), "served", "served", 300);
+    let metrics = support::http_get(admin, "/metrics");
+    assert!(
+        metric(&metrics, &["strait_mirror_records_total{", "partition=\"0\""]).is_some(),
+        "{metrics}"
+    );
+    assert_eq!(support::http_get(admin, "/healthz"), "ok\n");
+    // The broker itself still serves local topics.
+    produce(&serving.bootstrap(), "local", 0, 10, "none");
+}
