@@ -13,6 +13,7 @@
 //!   `shutdown_grace`), the positions are committed, and `run` returns.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -128,6 +129,7 @@ pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Rece
         shutdown: shutdown.clone(),
         producer_id: tokio::sync::OnceCell::new(),
         metrics: spec.metrics.clone(),
+        partitions: AtomicUsize::new(0),
     });
     tracing::info!(
         mirror = %spec.name, source = spec.source.name(), target = spec.target.name(), group = %spec.group,
@@ -217,6 +219,7 @@ async fn discover(
                 partition as i32,
             ));
             partitions.insert(state.clone());
+            shared.partitions.fetch_add(1, Ordering::Relaxed);
             entry.1.push(tasks.spawn(partition::run(shared.clone(), state)));
         }
         entry.0 = count;
@@ -227,7 +230,8 @@ async fn discover(
         .cloned()
         .collect();
     for topic in gone {
-        if let Some((_, handles)) = running.remove(&topic) {
+        if let Some((count, handles)) = running.remove(&topic) {
+            shared.partitions.fetch_sub(count, Ordering::Relaxed);
             tracing::warn!(mirror = %spec.name, %topic, "source topic deleted: its partitions stop; the target topic is kept");
             for handle in handles {
                 handle.abort();

@@ -22,6 +22,7 @@
 //!   lose or duplicate records stop the partition.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,8 +44,11 @@ use crate::resume::{self, StartAt};
 use crate::state::{PartitionState, Status};
 use crate::topics;
 
-/// Bytes asked for per partition per fetch.
+/// Bytes asked for per partition per fetch, at most ...
 const FETCH_BYTES: usize = 1 << 20;
+/// ... and at least, when the budget is shared by many partitions (a
+/// larger first batch still comes whole, KIP-74).
+const MIN_FETCH_BYTES: usize = 64 << 10;
 /// Produces in flight per partition. Kafka keeps the last 5 batches of
 /// each idempotent producer and partition to drop retried duplicates.
 const IN_FLIGHT: usize = 5;
@@ -88,6 +92,8 @@ pub struct Shared {
     pub producer_id: tokio::sync::OnceCell<(i64, i16)>,
     /// Histograms and error counters.
     pub metrics: MirrorMetrics,
+    /// Partitions running, to share the budget among.
+    pub partitions: AtomicUsize,
 }
 
 impl Shared {
@@ -109,6 +115,7 @@ pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>) {
     let mut shutdown = shared.shutdown.clone();
     while !shared.shutting_down() {
         round += 1;
+        let before = state.acked();
         // Finding where to go on from can be dropped at shutdown (nothing
         // is in flight yet); once streaming, the tasks see the shutdown
         // themselves and finish what they fetched.
@@ -145,6 +152,13 @@ pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>) {
                 if state.oldest_unknown() {
                     // Lag in seconds stays exact while the target is away.
                     peek(&shared, &state).await;
+                }
+                if state
+                    .acked()
+                    .is_some_and(|now| before.is_some_and(|b| now.0 > b.0))
+                {
+                    // The round got somewhere: this is a new trouble.
+                    backoff.reset();
                 }
                 let delay = backoff.next_delay();
                 tokio::select! {
@@ -244,16 +258,26 @@ async fn fetch_loop(
 ) -> Result<(), MirrorError> {
     let mut backoff = Backoff::default();
     let mut shutdown = shared.shutdown.clone();
-    let mut ask = FETCH_BYTES;
+    // Bytes to ask for when a fetch brought only part of a batch (0: the
+    // usual amount).
+    let mut grown = 0;
     loop {
         let position = transformer.position();
-        let reserve = ask.min(shared.budget_bytes);
+        // Every partition can have a fetch out within the budget: a mirror
+        // of thousands of partitions asks for less from each.
+        let share = shared.budget_bytes / shared.partitions.load(Ordering::Relaxed).max(1);
+        let ask_now = if grown > 0 {
+            grown
+        } else {
+            FETCH_BYTES.min(share.max(MIN_FETCH_BYTES))
+        };
+        let reserve = ask_now.min(shared.budget_bytes);
         let mut permit = tokio::select! {
             permit = shared.budget.clone().acquire_many_owned(reserve as u32) => permit.expect("budget never closes"),
             _ = crate::shut_down(&mut shutdown) => return Ok(()),
         };
         let fetched = tokio::select! {
-            fetched = shared.fetcher.fetch(&state.source_topic, state.partition, position, ask as i32) => fetched,
+            fetched = shared.fetcher.fetch(&state.source_topic, state.partition, position, ask_now as i32) => fetched,
             _ = crate::shut_down(&mut shutdown) => return Ok(()),
         };
         let fetched = match fetched {
@@ -320,10 +344,10 @@ async fn fetch_loop(
         }
         // A first batch larger than asked for comes whole (KIP-74) from
         // Kafka 0.10.1 on; an older broker cuts it: ask for more next time.
-        ask = if batches.partial_bytes() > 0 && pieces.is_empty() && transformer.position() == position {
-            (ask * 2).min(shared.budget_bytes.max(FETCH_BYTES))
+        grown = if batches.partial_bytes() > 0 && pieces.is_empty() && transformer.position() == position {
+            (ask_now * 2).min(shared.budget_bytes.max(FETCH_BYTES))
         } else {
-            FETCH_BYTES
+            0
         };
         let used: usize = pieces.iter().map(|(bytes, ..)| bytes.len()).sum();
         if used < permit.num_permits() {
