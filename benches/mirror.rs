@@ -2022,12 +2022,13 @@ impl Default for Report {
     }
 }
 
-/// A ratio: three decimals below 0.1, two above.
+/// A ratio: two decimals, or two significant digits below 0.1.
 fn ratio(x: f64) -> String {
-    if x < 0.1 {
-        format!("{x:.3}")
-    } else {
+    if x >= 0.1 || x <= 0.0 {
         format!("{x:.2}")
+    } else {
+        let decimals = ((-x.log10()).floor() as usize + 2).min(6);
+        format!("{x:.decimals$}")
     }
 }
 
