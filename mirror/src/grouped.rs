@@ -7,7 +7,7 @@
 //! time (its task awaits the answer), so a request never carries a
 //! partition twice and answers map back one to one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,11 +17,14 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{FetchRequest, ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use strait_upstream::{Cluster, UpstreamError};
+use strait_upstream::{Cluster, Lane, UpstreamError};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-/// Requests in flight per broker, per direction.
+/// Produce requests in flight per broker.
 const IN_FLIGHT: usize = 8;
+/// How long a broker's fetch loop waits, after an answer, for the
+/// partitions it answered to ask again.
+const GATHER: Duration = Duration::from_millis(5);
 /// Most bytes of records in one Produce request.
 const MAX_PRODUCE_REQUEST: usize = 16 << 20;
 
@@ -124,27 +127,45 @@ impl Fetcher {
     }
 }
 
+/// One Fetch in flight per broker, as Kafka's own clients do, carrying
+/// every partition that asked. After an answer, the loop waits a moment
+/// (at most [`GATHER`]) for the partitions it answered to ask again, so the
+/// next Fetch carries them too rather than long-polling without them.
 async fn fetch_loop(
     cluster: Cluster,
     settings: FetchSettings,
     node: i32,
     mut rx: mpsc::UnboundedReceiver<FetchItem>,
 ) {
-    let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
-        let Ok(permit) = in_flight.clone().acquire_owned().await else {
-            return;
-        };
-        // Whatever else is waiting by the time a request slot is free.
-        let mut items = vec![first];
-        while let Ok(item) = rx.try_recv() {
-            items.push(item);
+    let mut waiting: Vec<FetchItem> = Vec::new();
+    loop {
+        if waiting.is_empty() {
+            match rx.recv().await {
+                Some(item) => waiting.push(item),
+                None => return,
+            }
         }
-        let cluster = cluster.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            fetch_group(&cluster, settings, node, items).await;
-        });
+        while let Ok(item) = rx.try_recv() {
+            waiting.push(item);
+        }
+        let items = std::mem::take(&mut waiting);
+        let answered: HashSet<(Arc<str>, i32)> =
+            items.iter().map(|i| (i.topic.clone(), i.partition)).collect();
+        fetch_group(&cluster, settings, node, items).await;
+        let deadline = tokio::time::Instant::now() + GATHER;
+        let mut back = 0;
+        while back < answered.len() {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(item)) => {
+                    if answered.contains(&(item.topic.clone(), item.partition)) {
+                        back += 1;
+                    }
+                    waiting.push(item);
+                }
+                Ok(None) => return,
+                Err(_) => break,
+            }
+        }
     }
 }
 
@@ -171,7 +192,7 @@ async fn fetch_group(cluster: &Cluster, settings: FetchSettings, node: i32, item
         .with_isolation_level(1)
         .with_topics(topics);
     let result = async {
-        let connection = cluster.broker(node).await?;
+        let connection = cluster.broker_lane(node, Lane::Fetch).await?;
         connection.request(&request).await
     }
     .await;
@@ -190,16 +211,19 @@ async fn fetch_group(cluster: &Cluster, settings: FetchSettings, node: i32, item
             return;
         }
     };
+    // Answers by (topic, partition), taken out as they are handed over.
+    let mut answers: HashMap<(String, i32), _> = response
+        .responses
+        .iter_mut()
+        .flat_map(|t| {
+            let topic = t.topic.to_string();
+            t.partitions
+                .drain(..)
+                .map(move |p| ((topic.clone(), p.partition_index), p))
+        })
+        .collect();
     for item in items {
-        let found = response
-            .responses
-            .iter_mut()
-            .find(|t| *t.topic == *item.topic)
-            .and_then(|t| {
-                t.partitions
-                    .iter_mut()
-                    .find(|p| p.partition_index == item.partition)
-            });
+        let found = answers.remove(&(item.topic.to_string(), item.partition));
         let answer = match found {
             // Tansu 0.6.0 leaves partitions out of answers that found
             // nothing: the same as no data.
@@ -214,7 +238,7 @@ async fn fetch_group(cluster: &Cluster, settings: FetchSettings, node: i32, item
                 format!("Fetch {}-{}", item.topic, item.partition),
                 p.error_code,
             )),
-            Some(p) => Ok(Fetched {
+            Some(mut p) => Ok(Fetched {
                 records: p.records.take().unwrap_or_default(),
                 high_watermark: p.high_watermark,
                 last_stable_offset: p.last_stable_offset,
@@ -295,7 +319,7 @@ async fn produce_loop(
     mut rx: mpsc::UnboundedReceiver<ProduceItem>,
 ) {
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut waiting: std::collections::VecDeque<ProduceItem> = std::collections::VecDeque::new();
+    let mut waiting: VecDeque<ProduceItem> = VecDeque::new();
     loop {
         if waiting.is_empty() {
             match rx.recv().await {
@@ -312,17 +336,18 @@ async fn produce_loop(
         // One batch per partition, in queue order, up to the size limit.
         let mut items: Vec<ProduceItem> = Vec::new();
         let mut size = 0;
-        let mut rest = std::collections::VecDeque::new();
+        let mut rest = VecDeque::new();
+        let mut taken: HashSet<(Arc<str>, i32)> = HashSet::new();
+        let mut deferred: HashSet<(Arc<str>, i32)> = HashSet::new();
         while let Some(item) = waiting.pop_front() {
-            let taken = items
-                .iter()
-                .any(|i| i.partition == item.partition && i.topic == item.topic);
-            let blocked = rest
-                .iter()
-                .any(|i: &ProduceItem| i.partition == item.partition && i.topic == item.topic);
-            if taken || blocked || (!items.is_empty() && size + item.records.len() > MAX_PRODUCE_REQUEST) {
+            let key = (item.topic.clone(), item.partition);
+            let full = !items.is_empty() && size + item.records.len() > MAX_PRODUCE_REQUEST;
+            if full || taken.contains(&key) || deferred.contains(&key) {
+                // Its partition's later batches stay behind it.
+                deferred.insert(key);
                 rest.push_back(item);
             } else {
+                taken.insert(key);
                 size += item.records.len();
                 items.push(item);
             }

@@ -47,9 +47,10 @@ pub enum StartAt {
 
 /// Most bytes read per fetch while resuming.
 const READ_BYTES: i32 = 8 << 20;
-/// How long a target read may wait for data (Tansu answers a wait of 0
-/// without any partition).
-const READ_WAIT: Duration = Duration::from_millis(100);
+/// How long a target read may wait for data. Reads ask for at least 0
+/// bytes, so Kafka and Strait answer at once; Tansu ignores that and waits,
+/// and answers a wait of 0 without any partition, hence not 0.
+const READ_WAIT: Duration = Duration::from_millis(10);
 
 /// The (source offset, target offset) the partition goes on from.
 pub async fn resume(
@@ -345,7 +346,7 @@ async fn read(cluster: &Cluster, topic: &str, partition: i32, offset: i64) -> Re
     let (_, connection) = cluster.leader(topic, partition).await?;
     let request = FetchRequest::default()
         .with_max_wait_ms(READ_WAIT.as_millis() as i32)
-        .with_min_bytes(1)
+        .with_min_bytes(0)
         .with_max_bytes(READ_BYTES)
         .with_isolation_level(0)
         .with_topics(vec![FetchTopic::default()

@@ -53,9 +53,24 @@ struct Inner {
     metadata: RwLock<Option<Arc<Metadata>>>,
     stale: AtomicBool,
     refreshing: tokio::sync::Mutex<()>,
-    brokers: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<Slot>>>>,
+    brokers: Mutex<Slots>,
     coordinators: Mutex<HashMap<String, (i32, String)>>,
 }
+
+/// Which of a broker's connections a request goes on. A broker handles a
+/// connection's requests one after another, so long-polling fetches get a
+/// connection of their own and do not hold up produces, commits or
+/// metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// Everything but long-polling fetches.
+    Default,
+    /// Fetches that may wait at the broker (`max_wait_ms`).
+    Fetch,
+}
+
+/// Each broker's connection per lane.
+type Slots = HashMap<(i32, Lane), Arc<tokio::sync::Mutex<Slot>>>;
 
 /// The connection to one broker, or the memory of the last failure to
 /// open it.
@@ -142,7 +157,7 @@ impl Cluster {
             .unwrap_or_default();
         fastrand::shuffle(&mut known);
         for (node, addr) in known {
-            match self.connect(node, addr).await {
+            match self.connect(node, Lane::Default, addr).await {
                 Ok(connection) => match self.metadata_from(&connection).await {
                     Ok(metadata) => return Ok(metadata),
                     Err(e) => last = Some(e),
@@ -186,6 +201,11 @@ impl Cluster {
     /// The connection to broker `node` (as the metadata names it), opened
     /// if need be.
     pub async fn broker(&self, node: i32) -> Result<Connection> {
+        self.broker_lane(node, Lane::Default).await
+    }
+
+    /// The connection to broker `node` for `lane`, opened if need be.
+    pub async fn broker_lane(&self, node: i32, lane: Lane) -> Result<Connection> {
         let addr = match self.cached_metadata().and_then(|m| m.brokers.get(&node).cloned()) {
             Some(addr) => addr,
             None => {
@@ -201,16 +221,16 @@ impl Cluster {
                     })?
             }
         };
-        self.connect(node, addr).await
+        self.connect(node, lane, addr).await
     }
 
-    async fn connect(&self, node: i32, addr: String) -> Result<Connection> {
+    async fn connect(&self, node: i32, lane: Lane, addr: String) -> Result<Connection> {
         let slot = self
             .inner
             .brokers
             .lock()
             .expect("brokers lock")
-            .entry(node)
+            .entry((node, lane))
             .or_insert_with(|| {
                 Arc::new(tokio::sync::Mutex::new(Slot {
                     connection: None,
@@ -309,7 +329,7 @@ impl Cluster {
                 found
             }
         };
-        self.connect(node, addr).await
+        self.connect(node, Lane::Default, addr).await
     }
 
     /// Forgets a group's coordinator (after NOT_COORDINATOR and the like),

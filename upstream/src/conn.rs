@@ -586,17 +586,24 @@ fn api_of<R: Request>() -> ApiKey {
     ApiKey::try_from(R::KEY).expect("kafka-protocol requests have known keys")
 }
 
-/// Bytes to reserve for the answer: a Fetch's `max_bytes` (the answer may
-/// be that large), a small allowance for everything else.
+/// Bytes to reserve for the answer: what a Fetch can bring back (its
+/// `max_bytes`, or less when its partitions' limits add up to less), a
+/// small allowance for everything else.
 fn response_budget(request: &dyn Any) -> usize {
     match request.downcast_ref::<FetchRequest>() {
-        Some(fetch) if fetch.max_bytes > 0 => fetch.max_bytes as usize,
-        Some(fetch) => fetch
-            .topics
-            .iter()
-            .flat_map(|t| &t.partitions)
-            .map(|p| p.partition_max_bytes.max(0) as usize)
-            .sum(),
+        Some(fetch) => {
+            let partitions: usize = fetch
+                .topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .map(|p| p.partition_max_bytes.max(0) as usize)
+                .sum();
+            if fetch.max_bytes > 0 {
+                partitions.min(fetch.max_bytes as usize)
+            } else {
+                partitions
+            }
+        }
         None => SMALL_RESPONSE,
     }
 }

@@ -26,7 +26,7 @@ pub mod throttle;
 pub mod versions;
 
 pub use backoff::Backoff;
-pub use cluster::{Cluster, ClusterOptions};
+pub use cluster::{Cluster, ClusterOptions, Lane};
 pub use conn::{Answer, ConnectOptions, Connection};
 pub use error::{Result, UpstreamError};
 pub use metadata::{Metadata, PartitionMetadata, TopicMetadata};
