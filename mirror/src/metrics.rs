@@ -32,9 +32,11 @@ use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Reg
 use crate::mirror::Partitions;
 use crate::state::{PartitionState, Status};
 
-/// Latency buckets, seconds: 1 ms to 60 s.
+/// Latency buckets, seconds: 1 ms to 60 s, dense around the round trips
+/// between datacenters (tens to hundreds of milliseconds).
 const LATENCY_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
+    30.0, 60.0,
 ];
 
 /// Histograms and counters recorded as things happen, for every mirror of

@@ -45,7 +45,7 @@ use crate::state::{PartitionState, Status};
 use crate::topics;
 
 /// Bytes asked for per partition per fetch, at most ...
-const FETCH_BYTES: usize = 1 << 20;
+const FETCH_BYTES: usize = 4 << 20;
 /// ... and at least, when the budget is shared by many partitions (a
 /// larger first batch still comes whole, KIP-74).
 const MIN_FETCH_BYTES: usize = 64 << 10;
