@@ -1,11 +1,13 @@
 //! Requests grouped by leader: each partition's task asks for its own
 //! fetch or produce, and one task per broker gathers whatever partitions
-//! are waiting into one Fetch or Produce request, with several such
-//! requests in flight per broker.
+//! are waiting into one request: one Fetch in flight per source broker
+//! (on a connection of its own, since it may long-poll), several Produce
+//! requests in flight per target broker.
 //!
-//! A partition has at most one fetch and one produce waiting here at a
-//! time (its task awaits the answer), so a request never carries a
-//! partition twice and answers map back one to one.
+//! A partition has at most one fetch waiting here at a time, so a Fetch
+//! never carries a partition twice. A partition may have several batches
+//! queued for produce; each Produce carries at most one of them (Kafka's
+//! rule), in order.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};

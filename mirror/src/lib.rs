@@ -16,7 +16,8 @@
 //!   transactional batches, `LogAppendTime`, batches above the target's
 //!   `max.message.bytes`), and fingerprints to resume after a restart.
 //! - [`grouped`]: fetches and produces of many partitions grouped into one
-//!   request per leader, several in flight.
+//!   request per leader (one Fetch in flight per source broker, several
+//!   Produce requests per target broker).
 //! - [`topics`]: target topics created with the source's partitions and
 //!   configs; [`positions`]: committed positions on the source.
 //! - [`metrics`]: the Prometheus metrics.
