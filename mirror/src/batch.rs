@@ -103,7 +103,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use strait_spool::batch::{self as wire, BatchError, BatchHeader, Compression, RawRecord, RecordError};
-use strait_spool::batch::{HEADER_LEN, LOG_OVERHEAD};
+use strait_spool::batch::{write_bytes, write_varint, HEADER_LEN, LOG_OVERHEAD};
 use strait_spool::compression::{self, DecompressError};
 
 /// Offset of the first byte the CRC-32C covers (the attributes).
@@ -980,20 +980,10 @@ fn write_record(out: &mut Vec<u8>, k: &Kept<'_>, timestamp_delta: i64, offset_de
     out.push(r.attributes);
     write_varint(out, timestamp_delta);
     write_varint(out, offset_delta);
-    write_field(out, r.key);
-    write_field(out, r.value);
+    write_bytes(out, r.key);
+    write_bytes(out, r.value);
     write_varint(out, r.headers.len() as i64);
     out.extend_from_slice(r.headers.raw());
-}
-
-fn write_field(out: &mut Vec<u8>, field: Option<&[u8]>) {
-    match field {
-        None => write_varint(out, -1),
-        Some(bytes) => {
-            write_varint(out, bytes.len() as i64);
-            out.extend_from_slice(bytes);
-        }
-    }
 }
 
 fn zigzag(value: i64) -> u64 {
@@ -1003,15 +993,6 @@ fn zigzag(value: i64) -> u64 {
 fn varint_len(value: i64) -> usize {
     let bits = 64 - zigzag(value).leading_zeros() as usize;
     bits.div_ceil(7).max(1)
-}
-
-fn write_varint(out: &mut Vec<u8>, value: i64) {
-    let mut v = zigzag(value);
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 /// The mirror's producer fields for one produce request.

@@ -607,11 +607,58 @@ fn read_varint(buf: &mut &[u8]) -> Option<i64> {
     None
 }
 
+/// Appends a zigzag varint, as Kafka's record framing writes it.
+pub fn write_varint(out: &mut Vec<u8>, value: i64) {
+    let mut v = ((value << 1) ^ (value >> 63)) as u64;
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Appends a length-prefixed byte field (length -1 for null), the
+/// counterpart of the reader of keys, values and headers.
+pub fn write_bytes(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
+    match bytes {
+        None => write_varint(out, -1),
+        Some(b) => {
+            write_varint(out, b.len() as i64);
+            out.extend_from_slice(b);
+        }
+    }
+}
+
 /// Builds valid record batches for tests, benchmarks and fuzz seeds. The
-/// records are encoded as Kafka does (varint framing, no headers), so real
-/// clients can decode them.
+/// records are encoded as Kafka does (varint framing), so real clients can
+/// decode them.
 pub mod build {
-    use super::{stamp, CRC_START, HEADER_LEN, LOG_OVERHEAD};
+    use super::{stamp, write_bytes, write_varint, CRC_START, HEADER_LEN, LOG_OVERHEAD};
+
+    /// One record as Kafka encodes it (its length first), with key, value
+    /// and headers.
+    pub fn record(
+        timestamp_delta: i64,
+        offset_delta: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&[u8], Option<&[u8]>)],
+    ) -> Vec<u8> {
+        let mut body = vec![0]; // record attributes
+        write_varint(&mut body, timestamp_delta);
+        write_varint(&mut body, offset_delta);
+        write_bytes(&mut body, key);
+        write_bytes(&mut body, value);
+        write_varint(&mut body, headers.len() as i64);
+        for (k, v) in headers {
+            write_bytes(&mut body, Some(k));
+            write_bytes(&mut body, *v);
+        }
+        let mut out = Vec::with_capacity(body.len() + 5);
+        write_varint(&mut out, body.len() as i64);
+        out.extend(body);
+        out
+    }
 
     /// A batch of `values.len()` records (null keys) with the given
     /// timestamps base, each record's timestamp delta equal to its index.
@@ -661,20 +708,11 @@ pub mod build {
     /// The records section of [`batch_with`] for `values`, uncompressed (to
     /// compress it and build a batch around it with [`with_section`]).
     pub fn encode_records(values: &[&[u8]]) -> Vec<u8> {
-        let mut records = Vec::new();
-        for (i, value) in values.iter().enumerate() {
-            let mut body = Vec::with_capacity(value.len() + 8);
-            body.push(0); // record attributes
-            varint(&mut body, i as i64); // timestamp delta
-            varint(&mut body, i as i64); // offset delta
-            varint(&mut body, -1); // null key
-            varint(&mut body, value.len() as i64);
-            body.extend_from_slice(value);
-            varint(&mut body, 0); // no headers
-            varint(&mut records, body.len() as i64);
-            records.extend_from_slice(&body);
-        }
-        records
+        values
+            .iter()
+            .enumerate()
+            .flat_map(|(i, value)| record(i as i64, i as i64, None, Some(value), &[]))
+            .collect()
     }
 
     /// A batch of `count` records whose records section is `section` as
@@ -700,15 +738,6 @@ pub mod build {
         buf[17..21].copy_from_slice(&crc.to_be_bytes());
         stamp(&mut buf, 0, 0);
         buf
-    }
-
-    fn varint(out: &mut Vec<u8>, value: i64) {
-        let mut v = ((value << 1) ^ (value >> 63)) as u64;
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
     }
 }
 
@@ -793,60 +822,17 @@ mod tests {
         );
     }
 
-    fn zigzag(out: &mut Vec<u8>, value: i64) {
-        let mut v = ((value << 1) ^ (value >> 63)) as u64;
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
-    }
-
-    fn field(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
-        match bytes {
-            None => zigzag(out, -1),
-            Some(b) => {
-                zigzag(out, b.len() as i64);
-                out.extend_from_slice(b);
-            }
-        }
-    }
-
-    /// One record as Kafka encodes it, headers included.
-    fn encoded_record(
-        ts: i64,
-        od: i64,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        headers: &[(&[u8], Option<&[u8]>)],
-    ) -> Vec<u8> {
-        let mut body = vec![0];
-        zigzag(&mut body, ts);
-        zigzag(&mut body, od);
-        field(&mut body, key);
-        field(&mut body, value);
-        zigzag(&mut body, headers.len() as i64);
-        for (k, v) in headers {
-            field(&mut body, Some(k));
-            field(&mut body, *v);
-        }
-        let mut out = Vec::new();
-        zigzag(&mut out, body.len() as i64);
-        out.extend(body);
-        out
-    }
-
     #[test]
     fn raw_records_keep_keys_and_headers() {
-        let mut section = encoded_record(
+        let mut section = build::record(
             0,
             0,
             Some(b"k1"),
             Some(b"v1"),
             &[(b"h", Some(b"x")), (b"n", None)],
         );
-        section.extend(encoded_record(-5, 3, None, None, &[]));
-        section.extend(encoded_record(
+        section.extend(build::record(-5, 3, None, None, &[]));
+        section.extend(build::record(
             300,
             4,
             Some(b""),
@@ -892,7 +878,7 @@ mod tests {
 
     #[test]
     fn raw_records_refuse_what_kafka_refuses() {
-        let good = encoded_record(0, 0, None, Some(b"v"), &[(b"h", Some(b"x"))]);
+        let good = build::record(0, 0, None, Some(b"v"), &[(b"h", Some(b"x"))]);
         assert!(parse_raw_records(&good, 1).is_ok());
         // Bytes after the last record.
         let trailing = [good.clone(), vec![0, 0]].concat();
@@ -914,10 +900,10 @@ mod tests {
         ));
         // A null header key.
         let mut null_key = vec![0, 0, 0, 1, 0, 2];
-        zigzag(&mut null_key, -1);
-        zigzag(&mut null_key, -1);
+        write_varint(&mut null_key, -1);
+        write_varint(&mut null_key, -1);
         let mut framed = Vec::new();
-        zigzag(&mut framed, null_key.len() as i64);
+        write_varint(&mut framed, null_key.len() as i64);
         framed.extend(null_key);
         assert!(matches!(
             parse_raw_records(&framed, 1),

@@ -6,25 +6,6 @@
 use strait_spool::batch::{build, Compression};
 use strait_spool::compression;
 
-fn varint(out: &mut Vec<u8>, value: i64) {
-    let mut v = ((value << 1) ^ (value >> 63)) as u64;
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn field(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
-    match bytes {
-        None => varint(out, -1),
-        Some(b) => {
-            varint(out, b.len() as i64);
-            out.extend_from_slice(b);
-        }
-    }
-}
-
 /// A batch at `base` whose records sit at the given offset deltas.
 fn batch(
     base: i64,
@@ -36,16 +17,14 @@ fn batch(
 ) -> Vec<u8> {
     let mut section = Vec::new();
     for &d in deltas {
-        let mut body = vec![0];
-        varint(&mut body, d * 2);
-        varint(&mut body, d);
-        field(&mut body, Some(key));
-        field(&mut body, Some(format!("value {d}").as_bytes()));
-        varint(&mut body, 1);
-        field(&mut body, Some(b"h"));
-        field(&mut body, Some(b"v"));
-        varint(&mut section, body.len() as i64);
-        section.extend(body);
+        let value = format!("value {d}");
+        section.extend(build::record(
+            d * 2,
+            d,
+            Some(key),
+            Some(value.as_bytes()),
+            &[(b"h", Some(b"v"))],
+        ));
     }
     let codec = match attributes & 7 {
         1 => Compression::Gzip,

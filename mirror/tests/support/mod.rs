@@ -8,7 +8,7 @@ use std::io::Write;
 use strait_mirror::batch::{
     AbortedTransaction, FetchedBatches, PartitionTransformer, TargetBatch, TransformError, Transformed,
 };
-use strait_spool::batch::{self, BatchHeader, Compression};
+use strait_spool::batch::{self, build, BatchHeader, Compression};
 
 /// A record as a consumer sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,18 +97,15 @@ impl Src {
         let base_ts = self.records.first().map_or(0, |r| r.timestamp);
         let mut section = Vec::new();
         for r in &self.records {
-            let mut body = vec![0u8];
-            varint(&mut body, r.timestamp - base_ts);
-            varint(&mut body, r.offset - self.base_offset);
-            field(&mut body, r.key.as_deref());
-            field(&mut body, r.value.as_deref());
-            varint(&mut body, r.headers.len() as i64);
-            for (k, v) in &r.headers {
-                field(&mut body, Some(k));
-                field(&mut body, v.as_deref());
-            }
-            varint(&mut section, body.len() as i64);
-            section.extend(body);
+            let headers: Vec<(&[u8], Option<&[u8]>)> =
+                r.headers.iter().map(|(k, v)| (&k[..], v.as_deref())).collect();
+            section.extend(build::record(
+                r.timestamp - base_ts,
+                r.offset - self.base_offset,
+                r.key.as_deref(),
+                r.value.as_deref(),
+                &headers,
+            ));
         }
         let section = compress(self.codec, &section, self.raw_snappy);
         let mut attributes: i16 = match self.codec {
@@ -227,25 +224,6 @@ pub fn compress(codec: Compression, data: &[u8], raw_snappy: bool) -> Vec<u8> {
         }
         Compression::Zstd => {
             ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
-        }
-    }
-}
-
-fn varint(out: &mut Vec<u8>, value: i64) {
-    let mut v = ((value << 1) ^ (value >> 63)) as u64;
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn field(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
-    match bytes {
-        None => varint(out, -1),
-        Some(b) => {
-            varint(out, b.len() as i64);
-            out.extend_from_slice(b);
         }
     }
 }
