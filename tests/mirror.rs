@@ -748,6 +748,171 @@ fn batches_over_the_targets_max_message_bytes_are_split() {
     assert!(reencoded >= 2.0, "large batches were split:\n{metrics}");
 }
 
+/// A batch shaped as log compaction leaves it: the records at
+/// `offset_deltas` (keys `k{delta}`, values `v{partition}-{delta}`, each
+/// record's timestamp `base_timestamp + delta`) in a batch that keeps its
+/// original offset range up to `last_offset_delta`, with `codec`.
+fn compacted_batch(
+    partition: i32,
+    offset_deltas: &[i64],
+    last_offset_delta: i32,
+    codec: strait_spool::batch::Compression,
+) -> Vec<u8> {
+    use strait_spool::batch::build;
+    let base_timestamp = 1_700_000_000_000i64;
+    let section: Vec<u8> = offset_deltas
+        .iter()
+        .flat_map(|&d| {
+            build::record(
+                d,
+                d,
+                Some(format!("k{d}").as_bytes()),
+                Some(format!("v{partition}-{d}").as_bytes()),
+                &[(b"h".as_slice(), Some(b"x".as_slice()))],
+            )
+        })
+        .collect();
+    let section = strait_spool::compression::compress(codec, &section).unwrap();
+    let attributes = match codec {
+        strait_spool::batch::Compression::None => 0,
+        strait_spool::batch::Compression::Lz4 => 3,
+        other => panic!("{other:?} not used here"),
+    };
+    let spec = build::BatchSpec {
+        base_timestamp,
+        attributes,
+        ..build::BatchSpec::default()
+    };
+    let mut batch = build::with_section(spec, offset_deltas.len() as i32, &section);
+    batch[23..27].copy_from_slice(&last_offset_delta.to_be_bytes());
+    let max_timestamp = base_timestamp + offset_deltas.last().copied().unwrap_or(0);
+    batch[35..43].copy_from_slice(&max_timestamp.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    batch
+}
+
+/// A compacted source: batches that keep their offset ranges with records
+/// missing inside, first records gone, and batches emptied entirely. The
+/// target cannot take such batches from a producer, so the mirror
+/// re-encodes them with contiguous offsets; every surviving record arrives
+/// with its key, value, header and timestamp, in order, and nothing else.
+///
+/// No peer here compacts (Tansu does not; Strait's local topics only
+/// delete), so the source log is given compaction's exact shape by
+/// producing such batches raw to a `strait serve`, which stores batches as
+/// they come; the consumer on the source sees the gaps, as it would on a
+/// compacted Kafka topic.
+#[test]
+fn a_compacted_source_arrives_without_its_gaps() {
+    use strait_spool::batch::Compression;
+    let source = Strait::start(&[]);
+    let target = Strait::start(&[]);
+    support::create_topic("ck_admin.py", &source.bootstrap(), "compacted", 2);
+    let mut conn = support::raw::Conn::open(source.port(), "compactor");
+    // (offset deltas kept, last offset delta, codec) per batch; an empty
+    // batch (every record removed) keeps its range too.
+    let shapes: [(&[i64], i32, Compression); 5] = [
+        (&[0, 2, 5], 5, Compression::None),
+        (&[1, 3, 4, 9], 9, Compression::Lz4),
+        (&[], 6, Compression::None),
+        (&[0, 1, 2], 2, Compression::Lz4),
+        (&[4, 7], 7, Compression::None),
+    ];
+    for p in 0..2 {
+        for (deltas, last, codec) in shapes {
+            let (code, _) = conn.produce("compacted", p, &compacted_batch(p, deltas, last, codec), 5_000);
+            assert_eq!(code, 0, "producing a compacted-shaped batch to the source");
+        }
+    }
+    let kept: usize = shapes.iter().map(|(d, _, _)| d.len()).sum();
+    let expect = 2 * kept;
+    // The source's consumer sees compaction's gaps.
+    let source_offsets = run_client(
+        "ck_dump.py",
+        &[
+            "--bootstrap",
+            &source.bootstrap(),
+            "--topic",
+            "compacted",
+            "--expect",
+            &expect.to_string(),
+        ],
+    );
+    let first: Vec<i64> = source_offsets["partitions"]["0"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[0].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        first,
+        vec![0, 2, 5, 7, 9, 10, 15, 23, 24, 25, 30, 33],
+        "the source's offsets, gaps included"
+    );
+    let mirror = MirrorProc::start(&config(&source.bootstrap(), &target.bootstrap(), "compacted", ""));
+    assert_mirrored(
+        &source.bootstrap(),
+        &target.bootstrap(),
+        "compacted",
+        "compacted",
+        expect,
+    );
+    let target_offsets = run_client(
+        "ck_dump.py",
+        &[
+            "--bootstrap",
+            &target.bootstrap(),
+            "--topic",
+            "compacted",
+            "--expect",
+            &expect.to_string(),
+        ],
+    );
+    for p in ["0", "1"] {
+        let offsets: Vec<i64> = target_offsets["partitions"][p]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[0].as_i64().unwrap())
+            .collect();
+        assert_eq!(
+            offsets,
+            (0..kept as i64).collect::<Vec<_>>(),
+            "target partition {p}"
+        );
+    }
+    // Each partition is done to the end of the source's last range, and
+    // the batches with gaps went through the re-encoder.
+    let metrics = mirror.get("/metrics");
+    let reencoded: f64 = (0..2)
+        .filter_map(|p| {
+            metric(
+                &metrics,
+                &[
+                    "strait_mirror_batches_total{",
+                    "how=\"reencoded\"",
+                    &format!("partition=\"{p}\""),
+                ],
+            )
+        })
+        .sum();
+    assert!(reencoded >= 6.0, "the gapped batches were re-encoded:\n{metrics}");
+    wait_until("lag falls to 0", Duration::from_secs(10), || {
+        let metrics = mirror.get("/metrics");
+        (0..2).all(|p| {
+            metric(
+                &metrics,
+                &[
+                    "strait_mirror_lag_records{",
+                    "topic=\"compacted\"",
+                    &format!("partition=\"{p}\""),
+                ],
+            ) == Some(0.0)
+        })
+    });
+}
+
 /// A transactional producer on the source: the target holds exactly what
 /// a read_committed consumer of the source sees, in order, and none of the
 /// transaction markers (the source's offsets have gaps where the markers
