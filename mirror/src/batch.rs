@@ -1008,26 +1008,24 @@ pub struct ProducerStamp {
 
 /// Writes the mirror's fields into the batch at the start of `batch` (a copy
 /// of a [`TargetBatch`]'s bytes): base offset 0, leader epoch -1, the
-/// transactional bit cleared, the producer fields of `producer`; then
-/// recomputes the CRC-32C. The new CRC vouches for whatever bytes are
-/// there: give it a target batch, not unchecked bytes.
+/// transactional bit cleared, the producer fields of `producer`; the
+/// CRC-32C is updated from the bytes that changed
+/// ([`strait_spool::batch::patch_header`]), not recomputed, so a batch
+/// damaged at the source stays detectably damaged on its way to the target
+/// (which refuses it) rather than getting a CRC that vouches for it.
 pub fn stamp(batch: &mut [u8], producer: ProducerStamp) -> Result<(), BatchError> {
-    let header = BatchHeader::parse(batch)?;
-    let size = header.size();
-    let Some(batch) = batch.get_mut(..size) else {
-        return Err(BatchError::Truncated {
-            needed: size,
-            available: batch.len(),
-        });
-    };
+    let header = BatchHeader::parse_whole(batch)?;
     batch[0..8].copy_from_slice(&0i64.to_be_bytes());
     batch[12..16].copy_from_slice(&(-1i32).to_be_bytes());
-    batch[21..23].copy_from_slice(&(header.attributes & !TRANSACTIONAL_BIT).to_be_bytes());
-    batch[43..51].copy_from_slice(&producer.producer_id.to_be_bytes());
-    batch[51..53].copy_from_slice(&producer.producer_epoch.to_be_bytes());
-    batch[53..57].copy_from_slice(&producer.base_sequence.to_be_bytes());
-    let crc = crc32c::crc32c(&batch[CRC_START..]);
-    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    // attributes .. baseSequence, the CRC updated from what changed rather
+    // than recomputed over the whole batch.
+    let mut covered = [0u8; 57 - CRC_START];
+    covered.copy_from_slice(&batch[CRC_START..57]);
+    covered[0..2].copy_from_slice(&(header.attributes & !TRANSACTIONAL_BIT).to_be_bytes());
+    covered[43 - CRC_START..51 - CRC_START].copy_from_slice(&producer.producer_id.to_be_bytes());
+    covered[51 - CRC_START..53 - CRC_START].copy_from_slice(&producer.producer_epoch.to_be_bytes());
+    covered[53 - CRC_START..].copy_from_slice(&producer.base_sequence.to_be_bytes());
+    strait_spool::batch::patch_header(batch, CRC_START, &covered)?;
     Ok(())
 }
 
@@ -1060,14 +1058,8 @@ impl fmt::Display for Fingerprint {
 /// offset delta, base timestamp, record count and every record byte are
 /// covered. The CRC is not checked.
 pub fn fingerprint(batch: &[u8]) -> Result<Fingerprint, BatchError> {
-    let header = BatchHeader::parse(batch)?;
-    let size = header.size();
-    let Some(batch) = batch.get(..size) else {
-        return Err(BatchError::Truncated {
-            needed: size,
-            available: batch.len(),
-        });
-    };
+    let header = BatchHeader::parse_whole(batch)?;
+    let batch = &batch[..header.size()];
     let mut hasher = twox_hash::XxHash3_128::new();
     hasher.write(&batch[8..12]); // batchLength
     hasher.write(&batch[16..17]); // magic

@@ -54,7 +54,7 @@ fn a_batch_the_target_accepts_passes_through_and_stamping_changes_only_the_mirro
         assert_eq!(target.sequence_count(), 3);
 
         let stamped = target.stamped(MIRROR);
-        let h = batch::validate(&stamped).expect("the CRC is recomputed");
+        let h = batch::validate(&stamped).expect("the CRC is updated");
         assert_eq!(
             (
                 h.base_offset,

@@ -141,6 +141,19 @@ pub struct BatchHeader {
 }
 
 impl BatchHeader {
+    /// Parses the header and checks that the whole batch it declares is in
+    /// `buf` (the CRC is not checked).
+    pub fn parse_whole(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+        let header = BatchHeader::parse(buf)?;
+        if header.size() > buf.len() {
+            return Err(BatchError::Truncated {
+                needed: header.size(),
+                available: buf.len(),
+            });
+        }
+        Ok(header)
+    }
+
     /// Parses the header fields without checking the CRC or the length
     /// against the data. Needs at least [`HEADER_LEN`] bytes.
     pub fn parse(buf: &[u8]) -> Result<BatchHeader, BatchError> {
@@ -229,14 +242,8 @@ impl BatchHeader {
 /// against the available bytes, and CRC-32C. Returns the header; the batch
 /// occupies `buf[..header.size()]`.
 pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
-    let header = BatchHeader::parse(buf)?;
+    let header = BatchHeader::parse_whole(buf)?;
     let size = header.size();
-    if size > buf.len() {
-        return Err(BatchError::Truncated {
-            needed: size,
-            available: buf.len(),
-        });
-    }
     let computed = crc32c::crc32c(&buf[CRC_START..size]);
     if computed != header.crc {
         return Err(BatchError::Crc {
@@ -252,6 +259,36 @@ pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
 pub fn stamp(buf: &mut [u8], base_offset: i64, leader_epoch: i32) {
     buf[0..8].copy_from_slice(&base_offset.to_be_bytes());
     buf[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
+}
+
+/// Overwrites the CRC-covered header bytes `at..at + bytes.len()` of the
+/// batch at the start of `buf` (all within its header, after the CRC) and
+/// updates the CRC from the old one and the bytes that changed, in time
+/// that does not grow with the batch: CRC-32C is linear, so the new CRC is
+/// the old one XOR the CRC of the difference, shifted past the bytes that
+/// follow it. The CRC stays exactly as right or wrong as it was: a batch
+/// that arrived damaged stays detectably damaged.
+pub fn patch_header(buf: &mut [u8], at: usize, bytes: &[u8]) -> Result<(), BatchError> {
+    const ZEROS: [u8; HEADER_LEN] = [0; HEADER_LEN];
+    let header = BatchHeader::parse_whole(buf)?;
+    let size = header.size();
+    let end = at + bytes.len();
+    assert!(
+        at >= CRC_START && end <= HEADER_LEN,
+        "patch_header: {at}..{end} is not in the CRC-covered header {CRC_START}..{HEADER_LEN}"
+    );
+    let mut diff = [0u8; HEADER_LEN];
+    for (d, (old, new)) in diff.iter_mut().zip(buf[at..end].iter().zip(bytes)) {
+        *d = old ^ new;
+    }
+    let diff = &diff[..bytes.len()];
+    // The linear part of the CRC of the difference: CRC(d) XOR CRC(zeros)
+    // cancels the initial value and final XOR, which depend only on length.
+    let linear = crc32c::crc32c(diff) ^ crc32c::crc32c(&ZEROS[..bytes.len()]);
+    let shifted = crc32c::crc32c_combine(linear, 0, size - end);
+    buf[at..end].copy_from_slice(bytes);
+    buf[17..21].copy_from_slice(&(header.crc ^ shifted).to_be_bytes());
+    Ok(())
 }
 
 /// Iterates over the batches of a buffer, validating each (CRC included).
@@ -373,14 +410,8 @@ pub fn newest_record_timestamp(batch: &[u8], limit: usize) -> Result<i64, Record
 /// recomputes its CRC (which covers it). Check the batch first: the new CRC
 /// vouches for whatever bytes are there.
 pub fn set_max_timestamp(buf: &mut [u8], max_timestamp: i64) -> Result<(), BatchError> {
-    let header = BatchHeader::parse(buf)?;
+    let header = BatchHeader::parse_whole(buf)?;
     let size = header.size();
-    if buf.len() < size {
-        return Err(BatchError::Truncated {
-            needed: size,
-            available: buf.len(),
-        });
-    }
     buf[35..43].copy_from_slice(&max_timestamp.to_be_bytes());
     let crc = crc32c::crc32c(&buf[CRC_START..size]);
     buf[17..21].copy_from_slice(&crc.to_be_bytes());
@@ -766,6 +797,33 @@ mod tests {
         assert_eq!(h.base_offset, 42);
         assert_eq!(h.partition_leader_epoch, 7);
         assert_eq!(h.last_offset(), 42);
+    }
+
+    #[test]
+    fn patching_the_header_updates_the_crc_as_a_full_recompute_would() {
+        let values: Vec<Vec<u8>> = (0..40).map(|i| vec![i as u8; 1 + i * 37]).collect();
+        let values: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+        for len in [1, 3, 40] {
+            let original = build::batch(5, &values[..len]);
+            for (at, patch) in [
+                (21, vec![0x00, 0x10]),
+                (43, vec![0xab; 14]),
+                (21, (0..36).map(|i| i * 7).collect::<Vec<u8>>()),
+                (56, vec![0xff]),
+                (43, original[43..57].to_vec()),
+            ] {
+                let mut buf = original.clone();
+                patch_header(&mut buf, at, &patch).unwrap();
+                assert_eq!(buf[at..at + patch.len()], patch[..]);
+                let h = validate(&buf).expect("the patched CRC is the full CRC");
+                assert_eq!(h.size(), original.len());
+            }
+            // A damaged batch stays damaged.
+            let mut damaged = original.clone();
+            *damaged.last_mut().unwrap() ^= 1;
+            patch_header(&mut damaged, 43, &[1; 14]).unwrap();
+            assert!(matches!(validate(&damaged), Err(BatchError::Crc { .. })));
+        }
     }
 
     #[test]
