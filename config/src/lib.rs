@@ -23,6 +23,11 @@
 //!   [`MirrorConfig::topic_filter`], [`MirrorConfig::target_topic`] and
 //!   [`MirrorConfig::group_id`], and the checks that keep mirrors from
 //!   writing one target topic twice or copying their own copies.
+//! - [`route`]: the `routes:` and `groups:` sections: where each topic
+//!   lives (local or an upstream cluster, under which name) and who
+//!   coordinates each group, compiled into [`Routes`] and [`GroupRoutes`],
+//!   and the checks that refuse routes that never match or show one
+//!   upstream topic under two names.
 //! - [`error`]: [`ConfigError`]; every error names the file and the key path
 //!   (`spool.topics.payments.retention_age`), parse errors also the line
 //!   and column.
@@ -54,6 +59,8 @@ pub mod cluster;
 pub mod error;
 pub mod mirror;
 mod names;
+mod overlap;
+pub mod route;
 pub mod server;
 pub mod spool;
 pub mod units;
@@ -62,6 +69,7 @@ pub use admin::AdminConfig;
 pub use cluster::ClusterConfig;
 pub use error::{ConfigError, Invalid};
 pub use mirror::{MirrorConfig, OnLostRecords, StartPosition, TopicFilter};
+pub use route::{Destination, GroupRouteConfig, GroupRoutes, RouteConfig, Routed, Routes};
 pub use server::{BrokerConfig, ServerConfig};
 pub use spool::{Durability, SpoolConfig, TopicOverrides, TopicSpoolConfig};
 pub use units::{ByteSize, HumanDuration, UnitError};
@@ -97,6 +105,13 @@ pub struct Config {
     /// [`MirrorConfig`].
     #[serde(deserialize_with = "unique_mirrors")]
     pub mirrors: BTreeMap<String, MirrorConfig>,
+    /// Where each topic clients name lives, first match wins. Default (an
+    /// empty list): every topic local. See [`RouteConfig`] and the
+    /// [`route`] module.
+    pub routes: Vec<RouteConfig>,
+    /// Who coordinates each consumer group, first match wins. Default (an
+    /// empty list): Strait. See [`GroupRouteConfig`].
+    pub groups: Vec<GroupRouteConfig>,
 }
 
 fn unique_clusters<'de, D: Deserializer<'de>>(
@@ -121,6 +136,8 @@ impl Default for Config {
             clusters: BTreeMap::new(),
             admin: AdminConfig::default(),
             mirrors: BTreeMap::new(),
+            routes: Vec::new(),
+            groups: Vec::new(),
         }
     }
 }
@@ -177,7 +194,49 @@ impl Config {
             cluster.validate(name, &format!("clusters.{name}"))?;
         }
         self.admin.validate("admin", &self.server)?;
-        mirror::validate(&self.mirrors, &self.clusters, "mirrors")
+        mirror::validate(&self.mirrors, &self.clusters, "mirrors")?;
+        route::validate(&self.routes, &self.clusters, "routes")?;
+        route::validate_groups(&self.groups, &self.clusters, "groups")?;
+        Ok(())
+    }
+
+    /// The compiled `routes:` ([`route::default_routes`] when empty).
+    ///
+    /// # Panics
+    ///
+    /// If the routes do not validate, which [`Config::validate`] rules out.
+    pub fn routes(&self) -> Routes {
+        let routes = self.effective_routes();
+        route::validate(&routes, &self.clusters, "routes")
+            .unwrap_or_else(|e| panic!("routes were not validated: {e}"))
+    }
+
+    /// The compiled `groups:` ([`route::default_group_routes`] when empty).
+    ///
+    /// # Panics
+    ///
+    /// If the group routes do not validate, which [`Config::validate`]
+    /// rules out.
+    pub fn group_routes(&self) -> GroupRoutes {
+        let groups = self.effective_groups();
+        route::validate_groups(&groups, &self.clusters, "groups")
+            .unwrap_or_else(|e| panic!("group routes were not validated: {e}"))
+    }
+
+    fn effective_routes(&self) -> Vec<RouteConfig> {
+        if self.routes.is_empty() {
+            route::default_routes()
+        } else {
+            self.routes.clone()
+        }
+    }
+
+    fn effective_groups(&self) -> Vec<GroupRouteConfig> {
+        if self.groups.is_empty() {
+            route::default_group_routes()
+        } else {
+            self.groups.clone()
+        }
     }
 
     /// This configuration with every default written out, as Strait will
@@ -197,6 +256,8 @@ impl Config {
                 .iter()
                 .map(|(name, mirror)| (name.clone(), mirror.effective(name)))
                 .collect(),
+            routes: self.effective_routes(),
+            groups: self.effective_groups(),
         }
     }
 

@@ -5,7 +5,7 @@
 //! Besides checking each mirror, [`Config::validate`](crate::Config::validate)
 //! checks the mirrors together: no two may write the same target topic, and
 //! no mirror within one cluster may select a topic it writes itself. See
-//! the `overlap` module for how.
+//! the crate's `overlap` module for how.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -18,10 +18,7 @@ use crate::error::Invalid;
 use crate::names::check_name;
 use crate::units::{ByteSize, HumanDuration};
 
-mod overlap;
-
-use overlap::{NameMap, Overlap, Template};
-
+use crate::overlap::{self, NameMap, Overlap, Template};
 #[cfg(test)]
 mod tests;
 
@@ -154,7 +151,7 @@ impl TopicFilter {
 
 /// `pattern` compiled to match only whole names, as `^(?:pattern)$`. An
 /// error points into `pattern` as written.
-fn full_match(pattern: &str) -> Result<Regex, regex::Error> {
+pub(crate) fn full_match(pattern: &str) -> Result<Regex, regex::Error> {
     Regex::new(pattern)?;
     Regex::new(&format!("^{}$", overlap::group(pattern)))
 }

@@ -328,6 +328,12 @@ admin:
   listen: null
   partition_labels: true
 mirrors: {}
+routes:
+- regex: .*
+  to: local
+groups:
+- regex: .*
+  to: local
 "
     );
 }
@@ -384,6 +390,12 @@ mirrors:
     discovery_interval: 10s
     max_bytes_in_flight: 64MiB
     on_lost_records: continue
+routes:
+- regex: .*
+  to: local
+groups:
+- regex: .*
+  to: local
 "
     );
 }

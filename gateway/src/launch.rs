@@ -165,10 +165,40 @@ pub struct Strait {
     options: ServerOptions,
 }
 
+/// `strait check` reads `routes:` and `groups:`, but this server answers
+/// every topic from its own spool and coordinates every group itself:
+/// rather than serve routed topics from the wrong place, it refuses to
+/// start with any but the default (everything local).
+fn refuse_routes(config: &Config) -> Result<(), StartError> {
+    let effective = config.effective();
+    for (key, default) in [
+        (
+            "routes",
+            effective.routes == strait_config::route::default_routes(),
+        ),
+        (
+            "groups",
+            effective.groups == strait_config::route::default_group_routes(),
+        ),
+    ] {
+        if !default {
+            return Err(StartError::Config {
+                key,
+                message: "routing topics and groups to upstream clusters is not served by this \
+                          version yet (`strait check` already validates it); remove `routes:` \
+                          and `groups:` to serve every topic and group locally"
+                    .to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl Strait {
     /// Opens the data directory (running crash recovery on every partition)
     /// and binds the listener.
     pub async fn start(config: &Config) -> Result<Strait, StartError> {
+        refuse_routes(config)?;
         let data_dir = config.data_dir.clone();
         prepare_data_dir(&data_dir)?;
         let cluster_id = cluster_id(&data_dir).map_err(|error| StartError::DataDir {

@@ -1,5 +1,5 @@
-use super::overlap::{finite_names, overlap, NameMap, Overlap, Template, MAX_STATES};
 use super::*;
+use crate::overlap::{finite_names, overlap, NameMap, Overlap, Template, MAX_STATES};
 use crate::{Config, ConfigError};
 
 const FILE: &str = "strait.yaml";

@@ -34,7 +34,7 @@ use regex_automata::util::start;
 use regex_automata::{Anchored, MatchKind};
 use regex_syntax::hir::{Class, Hir, HirKind, Look};
 
-use super::TopicFilter;
+use crate::mirror::TopicFilter;
 use crate::spool::check_topic_name;
 
 /// What `rename` replaces with the source topic's name.
