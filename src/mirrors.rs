@@ -1,7 +1,6 @@
 //! Running the `mirrors:` of a configuration, for `strait mirror` and
 //! `strait serve`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,30 +11,8 @@ use strait_mirror::metrics::{MirrorMetrics, PartitionCollector};
 use strait_mirror::mirror::{MirrorSpec, Partitions};
 use strait_mirror::partition::OnLost;
 use strait_mirror::resume::StartAt;
-use strait_upstream::{Cluster, ClusterOptions, ConnectOptions};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-
-/// The configured upstream clusters, by name.
-pub fn clusters(config: &Config) -> BTreeMap<String, Cluster> {
-    config
-        .clusters
-        .iter()
-        .map(|(name, c)| {
-            let options = ClusterOptions {
-                bootstrap: c.bootstrap.clone(),
-                connect: ConnectOptions {
-                    client_id: c.client_id.clone(),
-                    connect_timeout: c.connect_timeout.into(),
-                    request_timeout: c.request_timeout.into(),
-                    max_bytes_in_flight: c.max_bytes_in_flight.bytes() as usize,
-                },
-                metadata_max_age: c.metadata_refresh.into(),
-            };
-            (name.clone(), Cluster::new(name.clone(), options))
-        })
-        .collect()
-}
 
 /// Starts every mirror of a validated `config` and registers their metrics
 /// in `registry`. Each runs until `shutdown` turns true, then writes what
@@ -45,7 +22,7 @@ pub fn start(
     registry: &Registry,
     shutdown: &watch::Receiver<bool>,
 ) -> anyhow::Result<JoinSet<()>> {
-    let clusters = clusters(config);
+    let clusters = strait_gateway::launch::upstream_clusters(config);
     let metrics = MirrorMetrics::register(registry)?;
     let collector = Arc::new(PartitionCollector::new(config.admin.partition_labels));
     registry.register(Box::new(CollectorHandle(collector.clone())))?;

@@ -299,13 +299,13 @@ fn serve_names_the_key_of_a_listen_address_in_use_and_the_os_error_once() {
 }
 
 #[test]
-fn serve_refuses_routes_it_does_not_serve_yet_but_check_accepts_them() {
+fn serve_refuses_delegated_groups_it_does_not_serve_yet_but_check_accepts_them() {
     let data = tempfile::tempdir().unwrap();
     let file = data.path().join("strait.yaml");
     std::fs::write(
         &file,
         format!(
-            "data_dir: {}\nclusters:\n  dc1: {{ bootstrap: [\"127.0.0.1:1\"] }}\nroutes:\n  - {{ prefix: dc1., to: dc1, strip_prefix: true }}\n  - {{ regex: \".*\", to: local }}\n",
+            "data_dir: {}\nclusters:\n  dc1: {{ bootstrap: [\"127.0.0.1:1\"] }}\nroutes:\n  - {{ prefix: dc1., to: dc1, strip_prefix: true }}\n  - {{ regex: \".*\", to: local }}\ngroups:\n  - {{ prefix: dc1-, to: dc1 }}\n",
             data.path().join("data").display()
         ),
     )
@@ -320,7 +320,7 @@ fn serve_refuses_routes_it_does_not_serve_yet_but_check_accepts_them() {
     let (error, _) = serve_fails(&["--config", file.to_str().unwrap()], None);
     assert!(
         error.starts_with(&format!(
-            "{}: routes: routing topics and groups to upstream clusters is not served",
+            "{}: groups: delegating consumer groups to an upstream cluster (`to: dc1`) is not served",
             file.display()
         )),
         "{error}"

@@ -120,6 +120,8 @@ pub enum Failure<'a> {
     Topic(&'a TopicError),
     /// Writing the consumer-offsets log (OffsetCommit, DeleteGroups).
     OffsetLog(&'a SpoolError),
+    /// Forwarding to an upstream cluster.
+    Upstream(&'a strait_upstream::UpstreamError),
 }
 
 /// The Kafka error code for an internal error: the only place where the
@@ -159,6 +161,21 @@ pub fn kafka_code(failure: Failure<'_>) -> ResponseError {
             }
             _ => ResponseError::CoordinatorNotAvailable,
         },
+        // The upstream's own answer passes through; trouble reaching it is
+        // retriable for the client as it is for Strait.
+        Failure::Upstream(e) => {
+            use strait_upstream::UpstreamError as U;
+            match e {
+                U::Kafka { code, .. } => *code,
+                U::Deadline { last, .. } => kafka_code(Failure::Upstream(last)),
+                U::Connect { .. } | U::Disconnected { .. } | U::NoBroker { .. } => {
+                    ResponseError::NetworkException
+                }
+                U::TimedOut { .. } => ResponseError::RequestTimedOut,
+                U::Unsupported { .. } => ResponseError::UnsupportedVersion,
+                U::Malformed { .. } | U::Encode { .. } => ResponseError::UnknownServerError,
+            }
+        }
     }
 }
 

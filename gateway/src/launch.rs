@@ -2,6 +2,7 @@
 //! I/O pool, topics (with crash recovery), group coordinator, broker and
 //! listener; and taking it down again in order.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use strait_config::Config;
 use strait_spool::pool::PoolOptions;
 use strait_spool::IoPool;
+use strait_upstream::{Cluster, ClusterOptions, ConnectOptions};
 use tokio::net::{TcpListener, TcpSocket};
 
 /// Connections the kernel queues before Strait accepts them.
@@ -18,6 +20,7 @@ const LISTEN_BACKLOG: u32 = 1024;
 use crate::broker::{Broker, Identity};
 use crate::error::TopicError;
 use crate::group::{GroupConfig, GroupCoordinator, GroupError};
+use crate::router::Router;
 use crate::server::{serve, ServerOptions};
 use crate::topics::{in_parallel, Topics};
 
@@ -159,39 +162,53 @@ fn prepare_data_dir(dir: &Path) -> Result<(), StartError> {
 /// A Strait that has opened its data and bound its listener, ready to serve.
 #[derive(Debug)]
 pub struct Strait {
-    broker: Arc<Broker>,
+    router: Arc<Router>,
     pool: Arc<IoPool>,
     listener: TcpListener,
     options: ServerOptions,
 }
 
-/// `strait check` reads `routes:` and `groups:`, but this server answers
-/// every topic from its own spool and coordinates every group itself:
-/// rather than serve routed topics from the wrong place, it refuses to
-/// start with any but the default (everything local).
+/// `groups:` that delegate groups to an upstream cluster are not served
+/// yet: rather than coordinate such groups itself, Strait refuses to start.
 fn refuse_routes(config: &Config) -> Result<(), StartError> {
     let effective = config.effective();
-    for (key, default) in [
-        (
-            "routes",
-            effective.routes == strait_config::route::default_routes(),
-        ),
-        (
-            "groups",
-            effective.groups == strait_config::route::default_group_routes(),
-        ),
-    ] {
-        if !default {
-            return Err(StartError::Config {
-                key,
-                message: "routing topics and groups to upstream clusters is not served by this \
-                          version yet (`strait check` already validates it); remove `routes:` \
-                          and `groups:` to serve every topic and group locally"
-                    .to_owned(),
-            });
-        }
+    if let Some(g) = effective
+        .groups
+        .iter()
+        .find(|g| g.to != strait_config::cluster::RESERVED_CLUSTER)
+    {
+        return Err(StartError::Config {
+            key: "groups",
+            message: format!(
+                "delegating consumer groups to an upstream cluster (`to: {}`) is not served by \
+                 this version yet (`strait check` already validates it); route groups `to: local`",
+                g.to
+            ),
+        });
     }
     Ok(())
+}
+
+/// A handle on each upstream cluster of `config`, by name. Nothing is
+/// contacted until first use.
+pub fn upstream_clusters(config: &Config) -> BTreeMap<String, Cluster> {
+    config
+        .clusters
+        .iter()
+        .map(|(name, c)| {
+            let options = ClusterOptions {
+                bootstrap: c.bootstrap.clone(),
+                connect: ConnectOptions {
+                    client_id: c.client_id.clone(),
+                    connect_timeout: c.connect_timeout.into(),
+                    request_timeout: c.request_timeout.into(),
+                    max_bytes_in_flight: c.max_bytes_in_flight.bytes() as usize,
+                },
+                metadata_max_age: c.metadata_refresh.into(),
+            };
+            (name.clone(), Cluster::new(name.clone(), options))
+        })
+        .collect()
 }
 
 impl Strait {
@@ -304,8 +321,9 @@ impl Strait {
         // log before it (a test relies on that).
         tracing::info!(listen = %bound, data_dir = %data_dir.display(), topics = broker.topics().all().len(), "Strait is ready");
         let listener = socket.listen(LISTEN_BACKLOG).map_err(bind_error)?;
+        let router = Router::new(Arc::new(broker), config.routes(), upstream_clusters(config));
         Ok(Strait {
-            broker: Arc::new(broker),
+            router: Arc::new(router),
             pool,
             listener,
             options,
@@ -321,17 +339,18 @@ impl Strait {
     /// syncs every partition and persists its recovery point.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
         let Strait {
-            broker,
+            router,
             pool,
             listener,
             options,
         } = self;
-        serve(listener, Arc::clone(&broker), options, shutdown).await?;
+        serve(listener, Arc::clone(&router), options, shutdown).await?;
         // Every connection task has ended, so this is the last handle on
         // the broker: close every partition (sync, persist the recovery
         // point), then stop the I/O threads.
-        let broker =
-            Arc::try_unwrap(broker).map_err(|_| std::io::Error::other("the broker is still in use"))?;
+        let in_use = || std::io::Error::other("the broker is still in use");
+        let broker = Arc::try_unwrap(router).map_err(|_| in_use())?.into_broker();
+        let broker = Arc::try_unwrap(broker).map_err(|_| in_use())?;
         let closed = tokio::task::spawn_blocking(move || -> Result<(), String> {
             // On several threads: a close may sync, which is waiting.
             let logs: Vec<_> = broker

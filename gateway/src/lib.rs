@@ -8,6 +8,8 @@
 //! the idempotent [`producers`] state; [`codec`] encodes the response and the
 //! server writes it back, in request order.
 //!
+//! - [`router`]: in front of the broker when `routes:` lead to upstream
+//!   clusters: splits each request by destination and merges the answers.
 //! - [`launch`]: assembles all of it from a configuration and shuts it down.
 //! - [`versions`]: the APIs and versions Strait advertises.
 //! - [`error`]: errors, and the one function that picks Kafka error codes.
@@ -22,6 +24,7 @@ pub mod frame;
 pub mod group;
 pub mod launch;
 pub mod producers;
+pub mod router;
 pub mod server;
 pub mod topics;
 pub mod versions;

@@ -20,10 +20,11 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-use crate::broker::{Broker, Reply};
+use crate::broker::Reply;
 use crate::codec::{decode_request, encode_response, peek_client_id, peek_header};
 use crate::error::{DecodeError, FrameError};
 use crate::frame::{read_frame, write_chunks};
+use crate::router::Router;
 use crate::versions;
 
 /// Limits of the server.
@@ -46,7 +47,7 @@ pub struct ServerOptions {
 /// `shutdown_grace`) and returns.
 pub async fn serve(
     listener: TcpListener,
-    broker: Arc<Broker>,
+    router: Arc<Router>,
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
@@ -82,12 +83,12 @@ pub async fn serve(
                 }
             },
         };
-        let broker = Arc::clone(&broker);
+        let router = Arc::clone(&router);
         let options = options.clone();
         let stop = stop_rx.clone();
         connections.spawn(async move {
             let _permit = permit;
-            match connection(stream, peer, &broker, &options, stop).await {
+            match connection(stream, peer, &router, &options, stop).await {
                 Ok(()) => {}
                 Err(why) if why == CLIENT_GONE => tracing::debug!(%peer, "{why}"),
                 Err(why) => tracing::warn!(%peer, "closing connection: {why}"),
@@ -97,7 +98,7 @@ pub async fn serve(
     drop(listener);
     tracing::info!("shutting down: no new connections, finishing requests in flight");
     let _ = stop_tx.send(true);
-    broker.begin_shutdown().await;
+    router.broker().begin_shutdown().await;
     let drained = tokio::time::timeout(options.shutdown_grace, async {
         while connections.join_next().await.is_some() {}
     })
@@ -118,7 +119,7 @@ pub async fn serve(
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
-    broker: &Broker,
+    router: &Router,
     options: &ServerOptions,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
@@ -188,7 +189,7 @@ async fn connection(
         }
         let (api, version, correlation_id) = (request.api, request.version, request.correlation_id);
         tracing::trace!(%peer, ?request, "request");
-        match broker.handle(request, peer).await {
+        match router.handle(request, peer).await {
             Reply::Respond(body) => {
                 tracing::trace!(%peer, ?body, "response");
                 send(&mut writer, api, version, correlation_id, *body, options)

@@ -1,0 +1,399 @@
+//! The router: one Kafka endpoint in front of the local broker and the
+//! upstream clusters of `routes:`.
+//!
+//! Every topic a client names is resolved with [`Routes::resolve`] to a
+//! destination (the local broker, or a cluster and the topic's name there).
+//! A request is split by destination, the parts are sent concurrently (to
+//! an upstream, one request per partition leader), and the answers are
+//! merged back in the request's order under the clients' names. A part that
+//! fails becomes per-partition error codes; the rest still succeed.
+//!
+//! Clients see one broker, Strait: every partition's leader is node 0, and
+//! nothing an upstream says about its own brokers (addresses, node ids,
+//! leader hints, preferred read replicas) is passed on. Upstream leader
+//! epochs are not passed on either (clients see -1 and skip epoch
+//! validation, which would need OffsetForLeaderEpoch on the upstream).
+//!
+//! - `mod.rs`: dispatch, Metadata, and refusing what is not routed yet.
+//! - `data.rs`: Produce, Fetch, ListOffsets.
+//!
+//! With the default routes (everything local) every request goes straight
+//! to the local broker.
+
+mod data;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::metadata_response::{MetadataResponsePartition, MetadataResponseTopic};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use strait_config::{Destination, Routes};
+use strait_upstream::Cluster;
+
+use crate::broker::{Broker, Reply, NODE_ID};
+use crate::codec::Request;
+use crate::error::{kafka_code, Failure};
+
+/// The gateway's request handler: the local broker alone, or the local
+/// broker and upstream clusters behind routes.
+#[derive(Debug)]
+pub struct Router {
+    broker: Arc<Broker>,
+    routes: Routes,
+    upstreams: BTreeMap<String, Cluster>,
+    /// Whether any route leads to an upstream (else every request goes to
+    /// the local broker as it is).
+    routing: bool,
+}
+
+/// One topic of a request, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Place {
+    /// Local, under the client's name.
+    Local,
+    /// On this cluster, under this name.
+    Upstream(String, String),
+    /// No route matches: the topic does not exist for clients.
+    Nowhere,
+}
+
+impl Router {
+    /// A router over `broker` and the `upstreams` the routes name (by
+    /// cluster name; every cluster a route points to must be there).
+    pub fn new(broker: Arc<Broker>, routes: Routes, upstreams: BTreeMap<String, Cluster>) -> Router {
+        let routing = routes.destinations().iter().any(|d| d.cluster().is_some());
+        for d in routes.destinations() {
+            if let Some(c) = d.cluster() {
+                assert!(
+                    upstreams.contains_key(c),
+                    "route to cluster {c}, which was not given"
+                );
+            }
+        }
+        Router {
+            broker,
+            routes,
+            upstreams,
+            routing,
+        }
+    }
+
+    /// The local broker.
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
+    /// Takes the local broker back once every connection is gone.
+    pub fn into_broker(self) -> Arc<Broker> {
+        self.broker
+    }
+
+    fn place(&self, client_topic: &str) -> Place {
+        match self.routes.resolve(client_topic) {
+            None => Place::Nowhere,
+            Some(routed) => match routed.to {
+                Destination::Local => Place::Local,
+                Destination::Cluster(c) => Place::Upstream(c.clone(), routed.topic.into_owned()),
+            },
+        }
+    }
+
+    fn cluster(&self, name: &str) -> &Cluster {
+        &self.upstreams[name]
+    }
+
+    /// Answers one request from the client at `peer`.
+    pub async fn handle(&self, request: Request, peer: SocketAddr) -> Reply {
+        if !self.routing {
+            return self.broker.handle(request, peer).await;
+        }
+        let Request {
+            api,
+            version,
+            correlation_id,
+            client_id,
+            body,
+        } = request;
+        let local = |body| Request {
+            api,
+            version,
+            correlation_id,
+            client_id: client_id.clone(),
+            body,
+        };
+        let respond = |kind| Reply::Respond(Box::new(kind));
+        match body {
+            RequestKind::Metadata(req) => respond(ResponseKind::Metadata(
+                self.metadata(req, version, local, peer).await,
+            )),
+            RequestKind::Produce(req) => self.produce(req, version, local, peer).await,
+            RequestKind::Fetch(req) => {
+                respond(ResponseKind::Fetch(self.fetch(req, version, local, peer).await))
+            }
+            RequestKind::ListOffsets(req) => respond(ResponseKind::ListOffsets(
+                self.list_offsets(req, local, peer).await,
+            )),
+            RequestKind::CreateTopics(req) => self.create_topics(req, local, peer).await,
+            body => self.broker.handle(local(body), peer).await,
+        }
+    }
+
+    /// The local broker's answer to `request`, which must be of the kind
+    /// `pick` takes.
+    async fn local_answer<T>(
+        &self,
+        request: Request,
+        peer: SocketAddr,
+        pick: impl FnOnce(ResponseKind) -> Option<T>,
+    ) -> Option<T> {
+        match self.broker.handle(request, peer).await {
+            Reply::Respond(kind) => pick(*kind),
+            Reply::Silent | Reply::Close(_) => None,
+        }
+    }
+
+    async fn metadata(
+        &self,
+        req: MetadataRequest,
+        version: i16,
+        local: impl Fn(RequestKind) -> Request,
+        peer: SocketAddr,
+    ) -> MetadataResponse {
+        let all = match &req.topics {
+            None => true,
+            Some(t) => t.is_empty() && version == 0,
+        };
+        // The local part: every local topic, or the wanted local ones.
+        let mut local_req = req.clone();
+        let mut wanted: Vec<(String, Place)> = Vec::new();
+        if !all {
+            let topics = req.topics.clone().unwrap_or_default();
+            wanted = topics
+                .iter()
+                .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+                .map(|n| {
+                    let place = self.place(&n);
+                    (n, place)
+                })
+                .collect();
+            local_req.topics = Some(
+                topics
+                    .into_iter()
+                    .filter(|t| match &t.name {
+                        Some(n) => self.place(n.as_str()) == Place::Local,
+                        // By id: local topic ids only.
+                        None => true,
+                    })
+                    .collect::<Vec<MetadataRequestTopic>>(),
+            );
+        }
+        let ask_local = all || local_req.topics.as_ref().is_some_and(|t| !t.is_empty());
+        let mut response = if ask_local {
+            self.local_answer(local(RequestKind::Metadata(local_req)), peer, |k| match k {
+                ResponseKind::Metadata(m) => Some(m),
+                _ => None,
+            })
+            .await
+            .unwrap_or_default()
+        } else {
+            // Brokers and cluster id from an empty local answer.
+            let empty = MetadataRequest::default().with_topics(Some(Vec::new()));
+            let mut m = self
+                .local_answer(local(RequestKind::Metadata(empty)), peer, |k| match k {
+                    ResponseKind::Metadata(m) => Some(m),
+                    _ => None,
+                })
+                .await
+                .unwrap_or_default();
+            m.topics.clear();
+            m
+        };
+        // Local topics that a route sends elsewhere are hidden.
+        response.topics.retain(|t| match &t.name {
+            Some(n) => {
+                t.error_code != 0 || self.routes.client_name(&Destination::Local, n.as_str()).is_some()
+            }
+            None => true,
+        });
+        // The upstream part: each cluster's metadata, from its cache.
+        let clusters: Vec<&str> = if all {
+            self.upstreams.keys().map(String::as_str).collect()
+        } else {
+            let mut c: Vec<&str> = wanted
+                .iter()
+                .filter_map(|(_, p)| match p {
+                    Place::Upstream(c, _) => Some(c.as_str()),
+                    _ => None,
+                })
+                .collect();
+            c.sort_unstable();
+            c.dedup();
+            c
+        };
+        let wanted_ref = &wanted;
+        let loaded = join_all(clusters.iter().map(|c| async move {
+            let cluster = self.cluster(c);
+            let metadata = match cluster.metadata().await {
+                // A wanted topic the cache does not know: read again once.
+                Ok(m)
+                    if !all && wanted_ref.iter().any(
+                        |(_, p)| matches!(p, Place::Upstream(pc, t) if pc == c && !m.topics.contains_key(t)),
+                    ) =>
+                {
+                    cluster.refresh().await
+                }
+                other => other,
+            };
+            (*c, metadata)
+        }))
+        .await;
+        let loaded: HashMap<&str, _> = loaded.into_iter().collect();
+        if all {
+            for (c, metadata) in &loaded {
+                match metadata {
+                    Ok(m) => {
+                        let destination = Destination::Cluster((*c).to_owned());
+                        for (name, topic) in &m.topics {
+                            if let Some(client) = self.routes.client_name(&destination, name) {
+                                response.topics.push(upstream_topic(&client, topic));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(cluster = c, error = %e, "cluster metadata unavailable: its topics are left out")
+                    }
+                }
+            }
+            return response;
+        }
+        // Wanted topics in request order (local ones are in the local
+        // answer already; put everything in order at the end).
+        let mut by_name: HashMap<String, MetadataResponseTopic> = response
+            .topics
+            .drain(..)
+            .filter_map(|t| t.name.clone().map(|n| (n.0.to_string(), t)))
+            .collect();
+        for (name, place) in &wanted {
+            let entry = match place {
+                Place::Local => continue,
+                Place::Nowhere => error_topic(name, ResponseError::UnknownTopicOrPartition),
+                Place::Upstream(c, upstream) => match &loaded[c.as_str()] {
+                    Ok(m) => match m.topics.get(upstream) {
+                        Some(topic) => upstream_topic(name, topic),
+                        None => error_topic(name, ResponseError::UnknownTopicOrPartition),
+                    },
+                    Err(e) => {
+                        tracing::debug!(cluster = %c, error = %e, "cluster metadata unavailable");
+                        // Retriable: the client asks again.
+                        error_topic(name, ResponseError::LeaderNotAvailable)
+                    }
+                },
+            };
+            by_name.insert(name.clone(), entry);
+        }
+        let mut seen = std::collections::HashSet::new();
+        response.topics = wanted
+            .iter()
+            .filter(|(n, _)| seen.insert(n.clone()))
+            .filter_map(|(n, _)| by_name.remove(n))
+            .collect();
+        // Topics asked by id (local only) come after.
+        response.topics.extend(by_name.into_values());
+        response
+    }
+
+    /// CreateTopics: local names go to the local broker; names routed to a
+    /// cluster are refused for now (never created locally).
+    async fn create_topics(
+        &self,
+        mut req: CreateTopicsRequest,
+        local: impl Fn(RequestKind) -> Request,
+        peer: SocketAddr,
+    ) -> Reply {
+        let mut refused = Vec::new();
+        req.topics.retain(|t| match self.place(t.name.as_str()) {
+            Place::Local => true,
+            place => {
+                let (code, message) = match place {
+                    Place::Nowhere => (
+                        ResponseError::PolicyViolation,
+                        format!(
+                            "no route of Strait's configuration matches topic {}",
+                            t.name.as_str()
+                        ),
+                    ),
+                    _ => (
+                        ResponseError::PolicyViolation,
+                        format!(
+                            "topic {} is routed to an upstream cluster; create it there (Strait does \
+                             not create upstream topics yet)",
+                            t.name.as_str()
+                        ),
+                    ),
+                };
+                refused.push(
+                    CreatableTopicResult::default()
+                        .with_name(t.name.clone())
+                        .with_error_code(code.code())
+                        .with_error_message(Some(StrBytes::from_string(message))),
+                );
+                false
+            }
+        });
+        let mut response = if req.topics.is_empty() {
+            CreateTopicsResponse::default()
+        } else {
+            self.local_answer(local(RequestKind::CreateTopics(req)), peer, |k| match k {
+                ResponseKind::CreateTopics(r) => Some(r),
+                _ => None,
+            })
+            .await
+            .unwrap_or_default()
+        };
+        response.topics.extend(refused);
+        Reply::Respond(Box::new(ResponseKind::CreateTopics(response)))
+    }
+}
+
+/// A topic of an upstream's metadata as clients see it: under `client`,
+/// every partition led by Strait, no epochs.
+fn upstream_topic(client: &str, topic: &strait_upstream::TopicMetadata) -> MetadataResponseTopic {
+    let partitions = topic
+        .partitions
+        .iter()
+        .map(|p| {
+            let error = p
+                .error
+                .or((p.leader < 0).then_some(ResponseError::LeaderNotAvailable));
+            MetadataResponsePartition::default()
+                .with_error_code(error.map_or(0, |e| e.code()))
+                .with_partition_index(p.partition)
+                .with_leader_id(BrokerId(if p.leader < 0 { -1 } else { NODE_ID }))
+                .with_leader_epoch(-1)
+                .with_replica_nodes(vec![BrokerId(NODE_ID)])
+                .with_isr_nodes(vec![BrokerId(NODE_ID)])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_error_code(topic.error.map_or(0, |e| e.code()))
+        .with_name(Some(TopicName(StrBytes::from_string(client.to_owned()))))
+        .with_is_internal(topic.internal)
+        .with_partitions(partitions)
+}
+
+fn error_topic(name: &str, code: ResponseError) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_error_code(code.code())
+        .with_name(Some(TopicName(StrBytes::from_string(name.to_owned()))))
+}
+
+/// The code a client sees for an upstream failure.
+fn upstream_code(e: &strait_upstream::UpstreamError) -> i16 {
+    kafka_code(Failure::Upstream(e)).code()
+}

@@ -1,0 +1,154 @@
+//! One endpoint for many clusters: topics routed by `routes:` to a Tansu
+//! broker (an upstream cluster) and to Strait's own spool, produced and
+//! consumed through Strait with real clients, and read on the upstream
+//! directly.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use support::{kcat, run_client, Strait, Tansu};
+
+/// A Strait whose `dc1.` topics live on `dc1` without the prefix, `legacy`
+/// on `dc2` as `legacy-v2`, and every other topic locally.
+fn routed_strait(dc1: &str, dc2: &str) -> (Strait, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("strait.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"clusters:
+  dc1: {{ bootstrap: ["{dc1}"] }}
+  dc2: {{ bootstrap: ["{dc2}"] }}
+routes:
+  - {{ prefix: "dc1.", to: dc1, strip_prefix: true }}
+  - {{ exact: legacy, to: dc2, as: legacy-v2 }}
+  - {{ regex: ".*", to: local }}
+"#
+        ),
+    )
+    .unwrap();
+    (Strait::start(&["--config", path.to_str().unwrap()]), dir)
+}
+
+fn produce(script: &str, bootstrap: &str, topic: &str, count: usize, extra: &[&str]) {
+    let count_s = count.to_string();
+    let mut args = vec![
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--count",
+        &count_s,
+        "--keyed",
+        "--value-prefix",
+        topic,
+    ];
+    args.extend_from_slice(extra);
+    let out = run_client(script, &args);
+    assert_eq!(
+        out["delivered"].as_u64(),
+        Some(count as u64),
+        "{script} to {topic}: {out}"
+    );
+}
+
+/// Every record of `topic` per partition, [offset, key, value] (read with
+/// confluent-kafka, partitions assigned).
+fn dump(bootstrap: &str, topic: &str, expect: usize) -> BTreeMap<String, Vec<Value>> {
+    let out = run_client(
+        "ck_dump.py",
+        &[
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--expect",
+            &expect.to_string(),
+            "--timeout",
+            "60",
+        ],
+    );
+    out["partitions"]
+        .as_object()
+        .expect("partitions")
+        .iter()
+        .map(|(p, records)| {
+            let records = records
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| Value::Array(r.as_array().unwrap()[..3].to_vec()))
+                .collect();
+            (p.clone(), records)
+        })
+        .collect()
+}
+
+fn count(dump: &BTreeMap<String, Vec<Value>>) -> usize {
+    dump.values().map(Vec::len).sum()
+}
+
+#[test]
+fn topics_go_to_their_cluster_under_its_names_and_come_back_under_the_clients() {
+    let tansu = Tansu::start();
+    let dc2 = Tansu::start_with(&["--cluster-id", "dc2"]);
+    support::create_topic("ck_admin.py", &tansu.bootstrap(), "orders", 3);
+    support::create_topic("ck_admin.py", &dc2.bootstrap(), "legacy-v2", 2);
+    support::create_topic("ck_admin.py", &dc2.bootstrap(), "hidden", 1);
+    let (strait, _dir) = routed_strait(&tansu.bootstrap(), &dc2.bootstrap());
+    let b = strait.bootstrap();
+
+    // librdkafka and kafka-python produce through Strait to both places.
+    produce("ck_produce.py", &b, "dc1.orders", 300, &["--compression", "lz4"]);
+    produce("kp_produce.py", &b, "dc1.orders", 100, &["--start", "300"]);
+    produce("ck_produce.py", &b, "legacy", 50, &[]);
+    produce(
+        "ck_produce.py",
+        &b,
+        "local-orders",
+        120,
+        &["--compression", "zstd"],
+    );
+
+    // On the upstream, under its own names, with the clients' offsets.
+    let upstream = dump(&tansu.bootstrap(), "orders", 400);
+    assert_eq!(count(&upstream), 400, "{upstream:?}");
+    let through = dump(&b, "dc1.orders", 400);
+    assert_eq!(through, upstream, "read through Strait as on the upstream");
+    assert_eq!(count(&dump(&dc2.bootstrap(), "legacy-v2", 50)), 50);
+    let legacy = dump(&b, "legacy", 50);
+    assert_eq!(count(&legacy), 50);
+    for records in legacy.values() {
+        for r in records {
+            assert!(r[2].as_str().unwrap().starts_with("legacy-"), "{r}");
+        }
+    }
+    // The local topic is local: the upstream does not have it.
+    let local = dump(&b, "local-orders", 120);
+    assert_eq!(count(&local), 120);
+    // Metadata names Strait alone, and the clients' names only.
+    let listed = kcat(&["-L", "-b", &b, "-m", "10"], None);
+    let listing = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(listed.status.success(), "{listing}");
+    assert!(listing.contains(" 1 brokers:"), "{listing}");
+    assert!(
+        listing.contains(&format!("at 127.0.0.1:{}", strait.port())),
+        "{listing}"
+    );
+    assert!(
+        !listing.contains(&tansu.port().to_string()),
+        "an upstream address leaked: {listing}"
+    );
+    for topic in [
+        "\"dc1.orders\" with 3 partitions",
+        "\"legacy\" with 2 partitions",
+        "\"local-orders\"",
+    ] {
+        assert!(listing.contains(topic), "{topic} not in {listing}");
+    }
+    for hidden in ["\"orders\"", "\"legacy-v2\"", "\"hidden\""] {
+        assert!(!listing.contains(hidden), "{hidden} shown: {listing}");
+    }
+}
