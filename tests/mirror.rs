@@ -45,45 +45,11 @@ mirrors:
     )
 }
 
-/// Every record of `topic`, per partition: [key, value, headers, timestamp]
-/// (offsets left out: they may differ between source and target).
+/// Every record of `topic`, per partition: [key, value, headers, timestamp
+/// type, timestamp] (offsets left out: they may differ between source and
+/// target).
 fn dump(bootstrap: &str, topic: &str, expect: usize) -> BTreeMap<String, Vec<Value>> {
-    let out = run_client(
-        "ck_dump.py",
-        &[
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            topic,
-            "--expect",
-            &expect.to_string(),
-            "--timeout",
-            "60",
-        ],
-    );
-    out["partitions"]
-        .as_object()
-        .expect("partitions")
-        .iter()
-        .map(|(p, records)| {
-            let records = records
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| {
-                    let r = r.as_array().unwrap();
-                    Value::Array(vec![
-                        r[1].clone(),
-                        r[2].clone(),
-                        r[3].clone(),
-                        r[4].clone(),
-                        r[5].clone(),
-                    ])
-                })
-                .collect();
-            (p.clone(), records)
-        })
-        .collect()
+    support::dump(bootstrap, topic, expect, 1..6)
 }
 
 fn count(dump: &BTreeMap<String, Vec<Value>>) -> usize {

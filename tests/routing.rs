@@ -54,36 +54,9 @@ fn produce(script: &str, bootstrap: &str, topic: &str, count: usize, extra: &[&s
     );
 }
 
-/// Every record of `topic` per partition, [offset, key, value] (read with
-/// confluent-kafka, partitions assigned).
+/// Every record of `topic` per partition, [offset, key, value].
 fn dump(bootstrap: &str, topic: &str, expect: usize) -> BTreeMap<String, Vec<Value>> {
-    let out = run_client(
-        "ck_dump.py",
-        &[
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            topic,
-            "--expect",
-            &expect.to_string(),
-            "--timeout",
-            "60",
-        ],
-    );
-    out["partitions"]
-        .as_object()
-        .expect("partitions")
-        .iter()
-        .map(|(p, records)| {
-            let records = records
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| Value::Array(r.as_array().unwrap()[..3].to_vec()))
-                .collect();
-            (p.clone(), records)
-        })
-        .collect()
+    support::dump(bootstrap, topic, expect, 0..3)
 }
 
 fn count(dump: &BTreeMap<String, Vec<Value>>) -> usize {
@@ -128,6 +101,11 @@ fn topics_go_to_their_cluster_under_its_names_and_come_back_under_the_clients() 
     // The local topic is local: the upstream does not have it.
     let local = dump(&b, "local-orders", 120);
     assert_eq!(count(&local), 120);
+    assert!(
+        strait.log_line(&["created topic", "local-orders"]).is_some(),
+        "local-orders was not created in the spool: {}",
+        strait.log()
+    );
     // Metadata names Strait alone, and the clients' names only.
     let listed = kcat(&["-L", "-b", &b, "-m", "10"], None);
     let listing = String::from_utf8_lossy(&listed.stdout).into_owned();

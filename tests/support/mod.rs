@@ -1241,3 +1241,41 @@ pub fn metric(metrics: &str, selector: &[&str]) -> Option<f64> {
         .find(|l| selector.iter().all(|s| l.contains(s)))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
+
+/// Every record of `topic` read with `ck_dump.py` (partitions assigned, no
+/// group), per partition: each record's fields `fields` of
+/// [offset, key, value, headers, timestamp type, timestamp].
+pub fn dump(
+    bootstrap: &str,
+    topic: &str,
+    expect: usize,
+    fields: std::ops::Range<usize>,
+) -> std::collections::BTreeMap<String, Vec<serde_json::Value>> {
+    let out = run_client(
+        "ck_dump.py",
+        &[
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--expect",
+            &expect.to_string(),
+            "--timeout",
+            "60",
+        ],
+    );
+    out["partitions"]
+        .as_object()
+        .expect("partitions")
+        .iter()
+        .map(|(p, records)| {
+            let records = records
+                .as_array()
+                .expect("records")
+                .iter()
+                .map(|r| serde_json::Value::Array(r.as_array().expect("a record")[fields.clone()].to_vec()))
+                .collect();
+            (p.clone(), records)
+        })
+        .collect()
+}

@@ -204,56 +204,7 @@ impl Router {
             async move {
                 let send = |node: i32, group: Vec<Item<Option<Bytes>>>| {
                     let cluster = cluster.clone();
-                    async move {
-                        let mut topics: Vec<TopicProduceData> = Vec::new();
-                        for item in &group {
-                            let data = PartitionProduceData::default()
-                                .with_index(item.partition)
-                                .with_records(item.data.clone());
-                            match topics.iter_mut().find(|t| t.name.as_str() == item.upstream) {
-                                Some(t) => t.partition_data.push(data),
-                                None => topics.push(
-                                    TopicProduceData::default()
-                                        .with_name(name(&item.upstream))
-                                        .with_partition_data(vec![data]),
-                                ),
-                            }
-                        }
-                        let request = ProduceRequest::default()
-                            .with_acks(upstream_acks)
-                            .with_timeout_ms(timeout_ms)
-                            .with_topic_data(topics);
-                        let answer = async { cluster.broker(node).await?.request(&request).await }.await;
-                        let response = match answer {
-                            Ok(r) => r,
-                            Err(e) => return group.into_iter().map(|i| (i, Err(e.clone()))).collect(),
-                        };
-                        group
-                            .into_iter()
-                            .map(|item| {
-                                let found = response
-                                    .responses
-                                    .iter()
-                                    .find(|t| t.name.as_str() == item.upstream)
-                                    .and_then(|t| {
-                                        t.partition_responses.iter().find(|p| p.index == item.partition)
-                                    })
-                                    .cloned();
-                                let result = match found {
-                                    None => Err(UpstreamError::Malformed {
-                                        broker: format!("{} broker {node}", cluster.name()),
-                                        api: ApiKey::Produce,
-                                        detail: format!("no answer for {}-{}", item.upstream, item.partition),
-                                    }),
-                                    Some(p) => match partition_result(&cluster, &item, p.error_code) {
-                                        Err(e) if moved(&e) => Err(e),
-                                        _ => Ok(p),
-                                    },
-                                };
-                                (item, result)
-                            })
-                            .collect::<Vec<_>>()
-                    }
+                    async move { produce_upstream(&cluster, node, group, upstream_acks, timeout_ms).await }
                 };
                 scatter(&cluster, items, ATTEMPTS, deadline, send).await
             }
@@ -544,21 +495,14 @@ async fn fetch_upstream(
     group: Vec<Item<FetchPartition>>,
     (max_wait_ms, min_bytes, max_bytes, isolation_level): (i32, i32, i32, i8),
 ) -> Vec<(Item<FetchPartition>, Result<PartitionData, UpstreamError>)> {
-    let mut topics: Vec<FetchTopic> = Vec::new();
-    for item in &group {
-        let partition = FetchPartition::default()
+    let topics = by_topic(&group, |item| {
+        FetchPartition::default()
             .with_partition(item.partition)
             .with_fetch_offset(item.data.fetch_offset)
-            .with_partition_max_bytes(item.data.partition_max_bytes);
-        match topics.iter_mut().find(|t| t.topic.as_str() == item.upstream) {
-            Some(t) => t.partitions.push(partition),
-            None => topics.push(
-                FetchTopic::default()
-                    .with_topic(name(&item.upstream))
-                    .with_partitions(vec![partition]),
-            ),
-        }
-    }
+            .with_partition_max_bytes(item.data.partition_max_bytes)
+    })
+    .map(|(name, partitions)| FetchTopic::default().with_topic(name).with_partitions(partitions))
+    .collect();
     let request = FetchRequest::default()
         .with_max_wait_ms(max_wait_ms)
         .with_min_bytes(min_bytes)
@@ -601,6 +545,50 @@ async fn fetch_upstream(
         .collect()
 }
 
+/// One leader's Produce.
+async fn produce_upstream(
+    cluster: &Cluster,
+    node: i32,
+    group: Vec<Item<Option<Bytes>>>,
+    acks: i16,
+    timeout_ms: i32,
+) -> Vec<(
+    Item<Option<Bytes>>,
+    Result<PartitionProduceResponse, UpstreamError>,
+)> {
+    let topics = by_topic(&group, |item| {
+        PartitionProduceData::default()
+            .with_index(item.partition)
+            .with_records(item.data.clone())
+    })
+    .map(|(name, partitions)| {
+        TopicProduceData::default()
+            .with_name(name)
+            .with_partition_data(partitions)
+    })
+    .collect();
+    let request = ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(timeout_ms)
+        .with_topic_data(topics);
+    let answer = async { cluster.broker(node).await?.request(&request).await }.await;
+    settle(
+        cluster,
+        node,
+        ApiKey::Produce,
+        group,
+        answer,
+        |response: &ProduceResponse, item| {
+            response
+                .responses
+                .iter()
+                .find(|t| t.name.as_str() == item.upstream)
+                .and_then(|t| t.partition_responses.iter().find(|p| p.index == item.partition))
+                .map(|p| (p.clone(), p.error_code))
+        },
+    )
+}
+
 /// One leader's ListOffsets.
 async fn list_offsets_upstream(
     cluster: &Cluster,
@@ -611,25 +599,73 @@ async fn list_offsets_upstream(
     Item<ListOffsetsPartition>,
     Result<ListOffsetsPartitionResponse, UpstreamError>,
 )> {
-    let mut topics: Vec<ListOffsetsTopic> = Vec::new();
-    for item in &group {
-        let partition = ListOffsetsPartition::default()
+    let topics = by_topic(&group, |item| {
+        ListOffsetsPartition::default()
             .with_partition_index(item.partition)
-            .with_timestamp(item.data.timestamp);
-        match topics.iter_mut().find(|t| t.name.as_str() == item.upstream) {
-            Some(t) => t.partitions.push(partition),
-            None => topics.push(
-                ListOffsetsTopic::default()
-                    .with_name(name(&item.upstream))
-                    .with_partitions(vec![partition]),
-            ),
-        }
-    }
+            .with_timestamp(item.data.timestamp)
+    })
+    .map(|(name, partitions)| {
+        ListOffsetsTopic::default()
+            .with_name(name)
+            .with_partitions(partitions)
+    })
+    .collect();
     let request = ListOffsetsRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_isolation_level(isolation_level)
         .with_topics(topics);
     let answer = async { cluster.broker(node).await?.request(&request).await }.await;
+    settle(
+        cluster,
+        node,
+        ApiKey::ListOffsets,
+        group,
+        answer,
+        |response: &ListOffsetsResponse, item| {
+            response
+                .topics
+                .iter()
+                .find(|t| t.name.as_str() == item.upstream)
+                .and_then(|t| t.partitions.iter().find(|p| p.partition_index == item.partition))
+                .map(|p| (p.clone(), p.error_code))
+        },
+    )
+}
+
+/// `group`'s partitions made with `partition`, gathered by upstream topic
+/// in first-seen order.
+fn by_topic<T, P>(
+    group: &[Item<T>],
+    partition: impl Fn(&Item<T>) -> P,
+) -> std::vec::IntoIter<(TopicName, Vec<P>)> {
+    let mut topics: Vec<(&str, Vec<P>)> = Vec::new();
+    for item in group {
+        let p = partition(item);
+        match topics.iter_mut().find(|(t, _)| *t == item.upstream) {
+            Some((_, ps)) => ps.push(p),
+            None => topics.push((&item.upstream, vec![p])),
+        }
+    }
+    topics
+        .into_iter()
+        .map(|(t, ps)| (name(t), ps))
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+/// Each item's answer from one leader's `answer`, found with `find` (which
+/// also gives its error code): every item fails with the request's error;
+/// an item the answer leaves out is a malformed answer; a moved leader is
+/// an error that [`scatter`] retries; any other code reaches the client
+/// inside the answer.
+fn settle<T, R, A>(
+    cluster: &Cluster,
+    node: i32,
+    api: ApiKey,
+    group: Vec<Item<T>>,
+    answer: Result<R, UpstreamError>,
+    find: impl Fn(&R, &Item<T>) -> Option<(A, i16)>,
+) -> Vec<(Item<T>, Result<A, UpstreamError>)> {
     let response = match answer {
         Ok(r) => r,
         Err(e) => return group.into_iter().map(|i| (i, Err(e.clone()))).collect(),
@@ -637,21 +673,15 @@ async fn list_offsets_upstream(
     group
         .into_iter()
         .map(|item| {
-            let found = response
-                .topics
-                .iter()
-                .find(|t| t.name.as_str() == item.upstream)
-                .and_then(|t| t.partitions.iter().find(|p| p.partition_index == item.partition))
-                .cloned();
-            let result = match found {
+            let result = match find(&response, &item) {
                 None => Err(UpstreamError::Malformed {
                     broker: format!("{} broker {node}", cluster.name()),
-                    api: ApiKey::ListOffsets,
+                    api,
                     detail: format!("no answer for {}-{}", item.upstream, item.partition),
                 }),
-                Some(p) => match partition_result(cluster, &item, p.error_code) {
+                Some((a, code)) => match partition_result(cluster, &item, code) {
                     Err(e) if moved(&e) => Err(e),
-                    _ => Ok(p),
+                    _ => Ok(a),
                 },
             };
             (item, result)
