@@ -6,9 +6,12 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{kcat, run_client, Strait, Tansu};
+use strait_spool::batch::build;
+use support::relay::Relay;
+use support::{kcat, raw, run_client, Strait, Tansu};
 
 /// A Strait whose `dc1.` topics live on `dc1` without the prefix, `legacy`
 /// on `dc2` as `legacy-v2`, and every other topic locally.
@@ -129,4 +132,81 @@ fn topics_go_to_their_cluster_under_its_names_and_come_back_under_the_clients() 
     for hidden in ["\"orders\"", "\"legacy-v2\"", "\"hidden\""] {
         assert!(!listing.contains(hidden), "{hidden} shown: {listing}");
     }
+}
+
+/// A Strait in front of an upstream `strait serve` reached through a relay
+/// (the upstream advertises the relay, so every connection to it crosses
+/// the relay): `dc1.` topics live there, the rest locally.
+fn behind_relay() -> (Relay, Strait, Strait, tempfile::TempDir) {
+    let relay = Relay::start("127.0.0.1:9".parse().unwrap(), Duration::ZERO);
+    let upstream = Strait::start(&["--advertised", &relay.addr()]);
+    relay.retarget(upstream.bootstrap().parse().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("strait.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"clusters:
+  dc1: {{ bootstrap: ["{}"] }}
+routes:
+  - {{ prefix: "dc1.", to: dc1, strip_prefix: true }}
+  - {{ regex: ".*", to: local }}
+"#,
+            relay.addr()
+        ),
+    )
+    .unwrap();
+    let gateway = Strait::start(&["--config", path.to_str().unwrap()]);
+    (relay, upstream, gateway, dir)
+}
+
+#[test]
+fn a_connections_requests_go_upstream_without_waiting_for_earlier_answers_and_come_back_in_order() {
+    let (relay, upstream, gateway, _dir) = behind_relay();
+    support::create_topic("ck_admin.py", &upstream.bootstrap(), "pipelined", 1);
+    support::create_topic("ck_admin.py", &gateway.bootstrap(), "local-pipelined", 1);
+    let mut conn = raw::Conn::open(gateway.port(), "pipeline-test");
+    let batch = build::batch(1_000, &[&[7u8; 2_000]]);
+    // Warm up: the gateway has the upstream's metadata and a connection.
+    assert_eq!(conn.produce("dc1.pipelined", 0, &batch, 10_000), (0, 0));
+    assert_eq!(conn.produce("local-pipelined", 0, &batch, 10_000), (0, 0));
+
+    // The link stalls: nothing reaches the upstream, nothing comes back.
+    relay.stall(true);
+    let before = relay.bytes_from_clients();
+    let topics = [
+        "dc1.pipelined",
+        "dc1.pipelined",
+        "local-pipelined",
+        "dc1.pipelined",
+        "dc1.pipelined",
+    ];
+    let sent: Vec<i32> = topics
+        .iter()
+        .map(|topic| {
+            let (id, frame) = conn.produce_frame(topic, 0, &batch, 30_000);
+            conn.send_raw(&frame);
+            id
+        })
+        .collect();
+    // All four upstream produces leave the gateway while the first is still
+    // unanswered (one at a time, only the first would).
+    let upstream_bytes = 4 * batch.len() as u64;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while relay.bytes_from_clients() - before < upstream_bytes {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of at least {upstream_bytes} request bytes reached the link: the gateway waits \
+             for each answer before forwarding the next request",
+            relay.bytes_from_clients() - before
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    relay.stall(false);
+    // Answers in request order (each read checks its correlation id), the
+    // upstream's offsets in the order sent.
+    let answers: Vec<(i16, i64)> = sent.iter().map(|id| conn.produce_answer(*id)).collect();
+    assert_eq!(answers, vec![(0, 1), (0, 2), (0, 1), (0, 3), (0, 4)]);
+    let records = support::dump(&upstream.bootstrap(), "pipelined", 5, 0..1);
+    assert_eq!(count(&records), 5, "{records:?}");
 }

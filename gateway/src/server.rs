@@ -2,17 +2,21 @@
 //! `max_connections` at once), reads frames, answers each request in order,
 //! and shuts down gracefully.
 //!
-//! A connection serves one request at a time, as a Kafka broker does:
-//! clients may pipeline, and responses go back in request order. Anything
+//! A connection's requests are read while earlier ones are in flight and
+//! answered in request order; the router decides what runs concurrently
+//! (requests to upstream clusters) and what one at a time (the local
+//! broker's part of each request, as a Kafka broker handles a connection). Anything
 //! wrong with the bytes of one connection (a malformed or oversized frame,
 //! an unknown API) closes that connection with a log line naming the client;
 //! no other connection notices.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::{FuturesOrdered, StreamExt};
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use kafka_protocol::ResponseError;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -24,6 +28,7 @@ use crate::broker::Reply;
 use crate::codec::{decode_request, encode_response, peek_client_id, peek_header};
 use crate::error::{DecodeError, FrameError};
 use crate::frame::{read_frame, write_chunks};
+use crate::router::session::Session;
 use crate::router::Router;
 use crate::versions;
 
@@ -114,8 +119,46 @@ pub async fn serve(
     Ok(())
 }
 
+/// Most requests of one connection read and not yet answered. Kafka's
+/// producers pipeline 5 by default (librdkafka many more); beyond this the
+/// connection is not read until an answer has gone out.
+const MAX_IN_FLIGHT: usize = 32;
+
+/// Most request bytes of one connection read and not yet answered (one
+/// request is always read, whatever its size).
+const MAX_IN_FLIGHT_BYTES: usize = 16 << 20;
+
+/// A request started and its answer to come, with what its response needs.
+type InFlight<'a> = Pin<Box<dyn Future<Output = (Answered, Reply)> + Send + 'a>>;
+
+/// What a response needs of its request.
+#[derive(Debug, Clone, Copy)]
+struct Answered {
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    /// The request frame's size, counted against [`MAX_IN_FLIGHT_BYTES`].
+    size: usize,
+}
+
+/// What the connection loop waits for.
+enum Event {
+    /// The oldest request in flight has its answer.
+    Answered(Answered, Reply),
+    /// The client sent something (or closed, or failed).
+    Readable(Result<std::io::Result<bool>, tokio::time::error::Elapsed>),
+    /// Shutdown began.
+    Stop,
+}
+
 /// Serves one connection until the client leaves, it misbehaves, it idles
 /// out, or shutdown begins. `Err` carries the reason to log.
+///
+/// Requests are read while earlier ones are in flight (up to
+/// [`MAX_IN_FLIGHT`] and [`MAX_IN_FLIGHT_BYTES`]) and started in order
+/// ([`Router::start`]); their answers are written in that order. While a
+/// response is being written nothing is read, so a client that does not
+/// read its responses stops being read.
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
@@ -127,84 +170,162 @@ async fn connection(
     let (reader, mut writer) = stream.into_split();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let mut client = String::new();
+    let mut session = Session::new(peer);
+    let mut in_flight: FuturesOrdered<InFlight<'_>> = FuturesOrdered::new();
+    let mut in_flight_bytes = 0usize;
+    // Set when no more requests are read: shutdown began, or the client
+    // sent something that closes the connection once earlier requests are
+    // answered.
+    let mut draining = false;
     loop {
-        // Between requests the client may idle for `idle_timeout`; once a
-        // request has begun, all of it must arrive within `request_timeout`.
-        let begun = tokio::select! {
-            begun = tokio::time::timeout(options.idle_timeout, reader.fill_buf()) => begun,
-            _ = stop.changed() => return Ok(()),
-        };
-        match begun {
-            Err(_) => return Err(format!("idle for {:?}", options.idle_timeout)),
-            Ok(Ok([])) => return Ok(()),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(()),
-            Ok(Err(e)) => return Err(format!("reading a request: {e} (client {client:?})")),
+        let room = !draining
+            && (in_flight.is_empty()
+                || (in_flight.len() < MAX_IN_FLIGHT && in_flight_bytes < MAX_IN_FLIGHT_BYTES));
+        if draining && in_flight.is_empty() {
+            return Ok(());
         }
-        let frame = tokio::select! {
-            frame = tokio::time::timeout(options.request_timeout, read_frame(&mut reader, options.max_frame_bytes)) => frame,
-            _ = stop.changed() => return Ok(()),
+        // Between requests the client may idle for `idle_timeout`; a
+        // connection with requests in flight is not idle.
+        let idle = if in_flight.is_empty() {
+            options.idle_timeout
+        } else {
+            Duration::MAX
         };
-        let frame = match frame {
-            Err(_) => {
-                return Err(format!(
-                    "a request did not arrive whole within request_timeout {:?} (client {client:?})",
-                    options.request_timeout
-                ))
+        let event = tokio::select! {
+            biased;
+            Some((answered, reply)) = in_flight.next(), if !in_flight.is_empty() => Event::Answered(answered, reply),
+            begun = timeout_or_forever(idle, reader.fill_buf()), if room => {
+                Event::Readable(begun.map(|filled| filled.map(|bytes| !bytes.is_empty())))
             }
-            Ok(Ok(Some(frame))) => frame,
-            Ok(Ok(None)) => return Ok(()),
-            Ok(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(()),
-            Ok(Err(e)) => return Err(format!("{e} (client {client:?})")),
+            _ = stop.changed(), if !draining => Event::Stop,
         };
-        let request = match decode_request(frame.clone()) {
-            Ok(request) => request,
-            Err(DecodeError::UnknownVersion {
-                api: ApiKey::ApiVersions,
-                correlation_id,
-                ..
-            }) => {
-                // KIP-511: a newer client asks with a version Strait does
-                // not know; answer in v0 with the versions it does.
-                let body = ResponseKind::ApiVersions(versions::api_versions_response(Some(
-                    ResponseError::UnsupportedVersion,
-                )));
-                send(&mut writer, ApiKey::ApiVersions, 0, correlation_id, body, options).await?;
-                continue;
-            }
-            Err(e) => {
-                let (api_key, version, correlation_id) = peek_header(&frame).unwrap_or((-1, -1, -1));
-                if client.is_empty() {
-                    client = peek_client_id(&frame).unwrap_or_default();
+        match event {
+            Event::Stop => draining = true,
+            Event::Answered(answered, reply) => {
+                in_flight_bytes -= answered.size;
+                match reply {
+                    Reply::Respond(body) => {
+                        tracing::trace!(%peer, ?body, "response");
+                        send(&mut writer, answered, *body, options).await.map_err(|why| {
+                            if why == CLIENT_GONE {
+                                why
+                            } else {
+                                format!("{why} (client {client:?})")
+                            }
+                        })?
+                    }
+                    Reply::Silent => {}
+                    Reply::Close(why) => return Err(format!("{why} (client {client:?}, peer {peer})")),
                 }
-                return Err(format!(
-                    "{e} (api key {api_key} v{version}, correlation id {correlation_id}, client {client:?})"
-                ));
             }
-        };
-        if let Some(id) = &request.client_id {
-            if *id != client {
-                client.clone_from(id);
-            }
-        }
-        let (api, version, correlation_id) = (request.api, request.version, request.correlation_id);
-        tracing::trace!(%peer, ?request, "request");
-        match router.handle(request, peer).await {
-            Reply::Respond(body) => {
-                tracing::trace!(%peer, ?body, "response");
-                send(&mut writer, api, version, correlation_id, *body, options)
-                    .await
-                    .map_err(|why| {
-                        if why == CLIENT_GONE {
-                            why
-                        } else {
-                            format!("{why} (client {client:?})")
+            Event::Readable(Err(_)) => return Err(format!("idle for {:?}", options.idle_timeout)),
+            // The client closed its end: what it sent is still answered.
+            Event::Readable(Ok(Ok(false))) => draining = true,
+            Event::Readable(Ok(Err(e))) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(()),
+            Event::Readable(Ok(Err(e))) => return Err(format!("reading a request: {e} (client {client:?})")),
+            Event::Readable(Ok(Ok(true))) => {
+                // Once a request has begun, all of it must arrive within
+                // `request_timeout`.
+                let frame = tokio::select! {
+                    frame = tokio::time::timeout(options.request_timeout, read_frame(&mut reader, options.max_frame_bytes)) => frame,
+                    _ = stop.changed() => {
+                        draining = true;
+                        continue;
+                    }
+                };
+                let frame = match frame {
+                    Err(_) => {
+                        return Err(format!(
+                            "a request did not arrive whole within request_timeout {:?} (client {client:?})",
+                            options.request_timeout
+                        ))
+                    }
+                    Ok(Ok(Some(frame))) => frame,
+                    Ok(Ok(None)) => {
+                        draining = true;
+                        continue;
+                    }
+                    Ok(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                        return Ok(())
+                    }
+                    Ok(Err(e)) => return Err(format!("{e} (client {client:?})")),
+                };
+                let size = frame.len();
+                in_flight_bytes += size;
+                let request = match decode_request(frame.clone()) {
+                    Ok(request) => request,
+                    Err(DecodeError::UnknownVersion {
+                        api: ApiKey::ApiVersions,
+                        correlation_id,
+                        ..
+                    }) => {
+                        // KIP-511: a newer client asks with a version Strait
+                        // does not know; answer in v0 with the versions it
+                        // does.
+                        let body = ResponseKind::ApiVersions(versions::api_versions_response(Some(
+                            ResponseError::UnsupportedVersion,
+                        )));
+                        let answered = Answered {
+                            api: ApiKey::ApiVersions,
+                            version: 0,
+                            correlation_id,
+                            size,
+                        };
+                        let reply = Reply::Respond(Box::new(body));
+                        in_flight.push_back(Box::pin(std::future::ready((answered, reply))));
+                        continue;
+                    }
+                    Err(e) => {
+                        let (api_key, version, correlation_id) = peek_header(&frame).unwrap_or((-1, -1, -1));
+                        if client.is_empty() {
+                            client = peek_client_id(&frame).unwrap_or_default();
                         }
-                    })?
+                        let why = format!(
+                            "{e} (api key {api_key} v{version}, correlation id {correlation_id}, client {client:?})"
+                        );
+                        if in_flight.is_empty() {
+                            return Err(why);
+                        }
+                        // Earlier requests are answered first.
+                        let answered = Answered {
+                            api: ApiKey::ApiVersions,
+                            version: 0,
+                            correlation_id,
+                            size,
+                        };
+                        in_flight.push_back(Box::pin(std::future::ready((answered, Reply::Close(why)))));
+                        draining = true;
+                        continue;
+                    }
+                };
+                if let Some(id) = &request.client_id {
+                    if *id != client {
+                        client.clone_from(id);
+                    }
+                }
+                let answered = Answered {
+                    api: request.api,
+                    version: request.version,
+                    correlation_id: request.correlation_id,
+                    size,
+                };
+                tracing::trace!(%peer, ?request, "request");
+                let pending = router.start(&mut session, request).await;
+                in_flight.push_back(Box::pin(async move { (answered, pending.await) }));
             }
-            Reply::Silent => {}
-            Reply::Close(why) => return Err(format!("{why} (client {client:?}, peer {peer})")),
         }
+    }
+}
+
+/// `future` within `limit`, or without a limit when it is `Duration::MAX`.
+async fn timeout_or_forever<F: Future>(
+    limit: Duration,
+    future: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    if limit == Duration::MAX {
+        Ok(future.await)
+    } else {
+        tokio::time::timeout(limit, future).await
     }
 }
 
@@ -215,13 +336,11 @@ async fn connection(
 /// bytes for `idle_timeout` is disconnected.
 async fn send(
     writer: &mut OwnedWriteHalf,
-    api: ApiKey,
-    version: i16,
-    correlation_id: i32,
+    answered: Answered,
     body: ResponseKind,
     options: &ServerOptions,
 ) -> Result<(), String> {
-    let frame = encode_response(api, version, correlation_id, body)?;
+    let frame = encode_response(answered.api, answered.version, answered.correlation_id, body)?;
     match write_chunks(writer, frame.chunks(), options.idle_timeout).await {
         Ok(()) => Ok(()),
         // The client hung up with a request in flight (as clients do when

@@ -124,6 +124,20 @@ impl Conn {
     /// Produce v9 (acks=all) of `batch` to `partition` of `topic` with the
     /// request's `timeout_ms`; returns (error code, base offset).
     pub fn produce(&mut self, topic: &str, partition: i32, batch: &[u8], timeout_ms: i32) -> (i16, i64) {
+        let (id, f) = self.produce_frame(topic, partition, batch, timeout_ms);
+        self.send_raw(&f);
+        self.produce_answer(id)
+    }
+
+    /// The frame of [`Conn::produce`] and its correlation id, to send
+    /// without waiting for the answer.
+    pub fn produce_frame(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        batch: &[u8],
+        timeout_ms: i32,
+    ) -> (i32, Vec<u8>) {
         let req = ProduceRequest::default()
             .with_acks(-1)
             .with_timeout_ms(timeout_ms)
@@ -132,8 +146,12 @@ impl Conn {
                 .with_partition_data(vec![PartitionProduceData::default()
                     .with_index(partition)
                     .with_records(Some(batch.to_vec().into()))])]);
-        let (id, f) = self.frame(ApiKey::Produce, 9, 9, &req);
-        self.send_raw(&f);
+        self.frame(ApiKey::Produce, 9, 9, &req)
+    }
+
+    /// Reads the answer to a [`Conn::produce_frame`]: (error code, base
+    /// offset).
+    pub fn produce_answer(&mut self, id: i32) -> (i16, i64) {
         let body = self.read(ApiKey::Produce, 9, id);
         let r = ProduceResponse::decode(&mut &body[..], 9).expect("Produce response");
         let p = &r.responses[0].partition_responses[0];

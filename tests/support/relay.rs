@@ -33,6 +33,8 @@ struct State {
     stalled: AtomicBool,
     stopped: AtomicBool,
     connections: Mutex<Vec<TcpStream>>,
+    /// Bytes read from the clients' side, delivered or not.
+    from_clients: AtomicU64,
 }
 
 impl Relay {
@@ -47,6 +49,7 @@ impl Relay {
             stalled: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             connections: Mutex::new(Vec::new()),
+            from_clients: AtomicU64::new(0),
         });
         let accepting = state.clone();
         thread::spawn(move || {
@@ -71,8 +74,9 @@ impl Relay {
                     accepting.clone(),
                     client.try_clone().unwrap(),
                     server.try_clone().unwrap(),
+                    true,
                 );
-                pump(accepting.clone(), server, client);
+                pump(accepting.clone(), server, client, false);
             }
         });
         Relay { port, state }
@@ -100,6 +104,12 @@ impl Relay {
         self.state.stalled.store(stalled, Ordering::Relaxed);
     }
 
+    /// Bytes the relay has read from its clients so far, also those it
+    /// holds back while stalled.
+    pub fn bytes_from_clients(&self) -> u64 {
+        self.state.from_clients.load(Ordering::Relaxed)
+    }
+
     /// Changes the one-way delay for bytes read from now on.
     pub fn set_delay(&self, one_way_delay: Duration) {
         self.state
@@ -125,8 +135,9 @@ impl Drop for Relay {
     }
 }
 
-/// Copies `from` to `to` through a delaying queue.
-fn pump(state: Arc<State>, mut from: TcpStream, to: TcpStream) {
+/// Copies `from` to `to` through a delaying queue (`from` is a client when
+/// `upstream`).
+fn pump(state: Arc<State>, mut from: TcpStream, to: TcpStream, upstream: bool) {
     let (tx, rx) = sync_channel::<(Instant, Vec<u8>)>(QUEUE_CHUNKS);
     let reading = state.clone();
     thread::spawn(move || {
@@ -135,6 +146,9 @@ fn pump(state: Arc<State>, mut from: TcpStream, to: TcpStream) {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    if upstream {
+                        reading.from_clients.fetch_add(n as u64, Ordering::Relaxed);
+                    }
                     let delay = Duration::from_micros(reading.delay_us.load(Ordering::Relaxed));
                     if tx.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
                         break;

@@ -206,22 +206,56 @@ impl Cluster {
 
     /// The connection to broker `node` for `lane`, opened if need be.
     pub async fn broker_lane(&self, node: i32, lane: Lane) -> Result<Connection> {
-        let addr = match self.cached_metadata().and_then(|m| m.brokers.get(&node).cloned()) {
-            Some(addr) => addr,
-            None => {
-                let metadata = self.refresh().await?;
-                metadata
-                    .brokers
-                    .get(&node)
-                    .cloned()
-                    .ok_or_else(|| UpstreamError::Kafka {
-                        cluster: self.inner.name.clone(),
-                        what: format!("Metadata for broker {node}"),
-                        code: ResponseError::BrokerNotAvailable,
-                    })?
-            }
-        };
+        let addr = self.broker_addr(node).await?;
         self.connect(node, lane, addr).await
+    }
+
+    /// A new connection to broker `node` that no one else shares (the
+    /// router gives each client connection its own for long-polling
+    /// fetches). While the broker's shared connection is in its reconnect
+    /// backoff, fails at once with that connection's error.
+    pub async fn open(&self, node: i32) -> Result<Connection> {
+        let addr = self.broker_addr(node).await?;
+        let slot = self
+            .inner
+            .brokers
+            .lock()
+            .expect("brokers lock")
+            .get(&(node, Lane::Default))
+            .cloned();
+        if let Some(slot) = slot {
+            if let Ok(slot) = slot.try_lock() {
+                if let Some((until, error)) = &slot.failed {
+                    if Instant::now() < *until {
+                        return Err(error.clone());
+                    }
+                }
+            }
+        }
+        let label = format!("{} broker {node} at {addr}", self.inner.name);
+        Connection::connect(label, &addr, &self.inner.options.connect)
+            .await
+            .inspect_err(|_| self.invalidate())
+    }
+
+    async fn broker_addr(&self, node: i32) -> Result<String> {
+        Ok(
+            match self.cached_metadata().and_then(|m| m.brokers.get(&node).cloned()) {
+                Some(addr) => addr,
+                None => {
+                    let metadata = self.refresh().await?;
+                    metadata
+                        .brokers
+                        .get(&node)
+                        .cloned()
+                        .ok_or_else(|| UpstreamError::Kafka {
+                            cluster: self.inner.name.clone(),
+                            what: format!("Metadata for broker {node}"),
+                            code: ResponseError::BrokerNotAvailable,
+                        })?
+                }
+            },
+        )
     }
 
     async fn connect(&self, node: i32, lane: Lane, addr: String) -> Result<Connection> {

@@ -1,8 +1,8 @@
 //! Produce, Fetch and ListOffsets, split by destination and merged back.
 
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,17 +17,27 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Request, StrBytes};
 use kafka_protocol::ResponseError;
-use strait_upstream::{Cluster, Lane, UpstreamError};
+use strait_upstream::{Answer, Cluster, Connection, Throttled, UpstreamError};
+use tokio::time::Instant;
 
-use super::{upstream_code, Place, Router};
+use super::session::Session;
+use super::{upstream_code, Head, Pending, Place, Router};
 use crate::broker::Reply;
-use crate::codec::Request;
 
 /// How often a partition's request is sent again after its leader moved
 /// (each time after a metadata refresh), within the client's timeout.
 const ATTEMPTS: usize = 3;
+
+/// How long after its `max_wait_ms` a Fetch that spans destinations waits
+/// for parts still out (an upstream answers its long poll one round trip
+/// after it ends).
+const FETCH_GRACE: Duration = Duration::from_millis(500);
+
+/// How long a ListOffsets (which has no timeout of its own) retries
+/// partitions whose leader moved.
+const LIST_OFFSETS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One partition of a request bound for an upstream cluster.
 #[derive(Debug, Clone)]
@@ -40,9 +50,8 @@ struct Item<T> {
     data: T,
 }
 
-/// One destination's part of a Fetch: its topics, and whether they hold
-/// records or errors (then the request is answered).
-type FetchPart<'a> = std::pin::Pin<Box<dyn Future<Output = (Vec<FetchableTopicResponse>, bool)> + Send + 'a>>;
+/// One destination's part of a Fetch: its topics.
+type FetchPart<'a> = std::pin::Pin<Box<dyn Future<Output = Vec<FetchableTopicResponse>> + Send + 'a>>;
 
 /// A partition's answer, by the client's topic name and partition.
 type Answers<A> = HashMap<(String, i32), A>;
@@ -51,37 +60,97 @@ fn name(value: &str) -> TopicName {
     TopicName(StrBytes::from_string(value.to_owned()))
 }
 
-/// Sends `items` to their leaders on `cluster`, one request per leader
-/// built and sent by `send` (which answers each item it was given, in
-/// order). Items whose leader is unknown or moved are sent again after a
-/// metadata refresh, at most `attempts` times in all and not past
-/// `deadline`.
-async fn scatter<T, A, F, Fut>(
+/// One request of an attempt, handed to a leader's connection: the items
+/// it carries and its answer to come (or why it could not be sent).
+struct Flight<R: Request, T> {
+    node: i32,
+    group: Vec<Item<T>>,
+    answer: Result<Answer<R>, UpstreamError>,
+}
+
+/// Which connections a request goes on.
+enum Via<'s> {
+    /// The cluster's shared connection per broker.
+    Shared,
+    /// The client connection's own, for long-polling fetches.
+    Session(&'s mut Session),
+}
+
+impl Via<'_> {
+    async fn connection(&mut self, cluster: &Cluster, node: i32) -> Result<Connection, UpstreamError> {
+        match self {
+            Via::Shared => cluster.broker(node).await,
+            Via::Session(session) => session.fetch_lane(cluster, node).await,
+        }
+    }
+}
+
+/// The first half of sending `items` to their leaders on `cluster`: one
+/// request per leader, made by `build`, handed to its connection in order
+/// (so requests started one after another reach each broker in that
+/// order). Items whose leader is not known fail in their own flight.
+async fn launch<R, T>(
     cluster: &Cluster,
-    mut items: Vec<Item<T>>,
+    items: Vec<Item<T>>,
+    via: &mut Via<'_>,
+    build: &impl Fn(&[Item<T>]) -> R,
+) -> Vec<Flight<R, T>>
+where
+    R: Request + Any,
+    R::Response: Throttled,
+{
+    let mut groups: BTreeMap<i32, Vec<Item<T>>> = BTreeMap::new();
+    let mut flights = Vec::new();
+    for item in items {
+        match cluster.leader_id(&item.upstream, item.partition).await {
+            Ok(node) => groups.entry(node).or_default().push(item),
+            Err(e) => flights.push(Flight {
+                node: -1,
+                group: vec![item],
+                answer: Err(e),
+            }),
+        }
+    }
+    for (node, group) in groups {
+        let answer = match via.connection(cluster, node).await {
+            Ok(connection) => connection.send(&build(&group)).await,
+            Err(e) => Err(e),
+        };
+        flights.push(Flight { node, group, answer });
+    }
+    flights
+}
+
+/// The second half: waits for the answers and gives each item its own
+/// (found with `find`, see [`settle`]). Items whose leader is unknown or
+/// moved are sent again on the shared connections after a metadata
+/// refresh, at most `attempts` times in all and not past `deadline`.
+async fn land<R, T, A>(
+    cluster: &Cluster,
+    mut flights: Vec<Flight<R, T>>,
     attempts: usize,
-    deadline: tokio::time::Instant,
-    send: F,
+    deadline: Instant,
+    build: &impl Fn(&[Item<T>]) -> R,
+    find: &impl Fn(&mut R::Response, &Item<T>) -> Option<(A, i16)>,
 ) -> Vec<(Item<T>, Result<A, UpstreamError>)>
 where
-    T: Clone,
-    F: Fn(i32, Vec<Item<T>>) -> Fut,
-    Fut: Future<Output = Vec<(Item<T>, Result<A, UpstreamError>)>>,
+    R: Request + Any,
+    R::Response: Throttled,
 {
+    let api = ApiKey::try_from(R::KEY).expect("kafka-protocol requests have known keys");
     let mut done = Vec::new();
     for attempt in 1..=attempts {
-        let mut groups: BTreeMap<i32, Vec<Item<T>>> = BTreeMap::new();
-        let mut failed = Vec::new();
-        for item in items.drain(..) {
-            match cluster.leader_id(&item.upstream, item.partition).await {
-                Ok(node) => groups.entry(node).or_default().push(item),
-                Err(e) => failed.push((item, Err(e))),
-            }
-        }
-        let sent = join_all(groups.into_iter().map(|(node, group)| send(node, group))).await;
+        let answered = join_all(flights.into_iter().map(|flight| async move {
+            let answer = match flight.answer {
+                Ok(answer) => answer.answer().await,
+                Err(e) => Err(e),
+            };
+            settle(cluster, flight.node, api, flight.group, answer, find)
+        }))
+        .await;
+        let last = attempt == attempts || Instant::now() >= deadline;
         let mut retry = Vec::new();
-        let last = attempt == attempts || tokio::time::Instant::now() >= deadline;
-        for (item, result) in failed.into_iter().chain(sent.into_iter().flatten()) {
+        for (item, result) in answered.into_iter().flatten() {
             match result {
                 Err(e) if !last && moved(&e) => {
                     cluster.invalidate();
@@ -98,8 +167,9 @@ where
         if retry.is_empty() {
             break;
         }
-        items = retry;
-        tokio::time::sleep(Duration::from_millis(50 * attempt as u64)).await;
+        let pause = Duration::from_millis(50 * attempt as u64);
+        tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
+        flights = launch(cluster, retry, &mut Via::Shared, build).await;
     }
     done
 }
@@ -129,13 +199,12 @@ fn partition_result(cluster: &Cluster, item: &Item<impl Sized>, code: i16) -> Re
 }
 
 impl Router {
-    pub(super) async fn produce(
-        &self,
+    pub(super) async fn produce<'a>(
+        &'a self,
+        session: &mut Session,
+        head: Head,
         req: ProduceRequest,
-        version: i16,
-        local: impl Fn(RequestKind) -> Request,
-        peer: SocketAddr,
-    ) -> Reply {
+    ) -> Pending<'a> {
         let ProduceRequest {
             transactional_id,
             acks,
@@ -179,103 +248,116 @@ impl Router {
                 }
             }
         }
-        let local_part = async {
-            if local_topics.is_empty() {
-                return None;
-            }
+        let local = (!local_topics.is_empty()).then(|| {
             let sub = ProduceRequest::default()
-                .with_transactional_id(transactional_id.clone())
+                .with_transactional_id(transactional_id)
                 .with_acks(acks)
                 .with_timeout_ms(timeout_ms)
                 .with_topic_data(local_topics);
-            self.local_answer(local(RequestKind::Produce(sub)), peer, |k| match k {
-                ResponseKind::Produce(r) => Some(r),
-                _ => None,
-            })
-            .await
-        };
-        let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
-        let deadline = tokio::time::Instant::now() + timeout;
+            (self.local(session, &head), sub)
+        });
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
         // acks=0 gets no answer from a broker; upstream it is sent with
         // acks=1 so that the connection's answers stay matched.
         let upstream_acks = if acks == 0 { 1 } else { acks };
-        let upstream_parts = join_all(upstream.into_iter().map(|(c, items)| {
-            let cluster = self.cluster(&c).clone();
-            async move {
-                let send = |node: i32, group: Vec<Item<Option<Bytes>>>| {
-                    let cluster = cluster.clone();
-                    async move { produce_upstream(&cluster, node, group, upstream_acks, timeout_ms).await }
-                };
-                scatter(&cluster, items, ATTEMPTS, deadline, send).await
-            }
-        }));
-        let (local_answer, upstream_parts) = futures_util::future::join(local_part, upstream_parts).await;
-        if acks == 0 {
-            return Reply::Silent;
+        let build = move |group: &[Item<Option<Bytes>>]| produce_request(group, upstream_acks, timeout_ms);
+        let mut launched = Vec::new();
+        for (c, items) in upstream {
+            let flights = launch(self.cluster(&c), items, &mut Via::Shared, &build).await;
+            launched.push((c, flights));
         }
-        let mut response = ProduceResponse::default();
-        if let Some(local_answer) = local_answer {
-            response.throttle_time_ms = local_answer.throttle_time_ms;
-            for t in local_answer.responses {
-                for p in t.partition_responses {
-                    answers.insert((t.name.to_string(), p.index), p);
-                }
-            }
-        }
-        for (item, result) in upstream_parts.into_iter().flatten() {
-            let answer = match result {
-                Ok(p) => {
-                    let mut out = produce_error(item.partition, p.error_code)
-                        .with_base_offset(p.base_offset)
-                        .with_log_append_time_ms(p.log_append_time_ms);
-                    if version >= 5 {
-                        out.log_start_offset = p.log_start_offset;
-                    }
-                    if version >= 8 {
-                        out.record_errors = p.record_errors;
-                        out.error_message = p.error_message;
-                    }
-                    out
-                }
-                Err(e) => {
-                    let mut out = produce_error(item.partition, upstream_code(&e));
-                    if version >= 8 {
-                        out.error_message = Some(StrBytes::from_string(e.to_string()));
-                    }
-                    out
-                }
-            };
-            answers.insert((item.client, item.partition), answer);
-        }
-        for (topic, partitions) in order {
-            let partition_responses = partitions
-                .iter()
-                .map(|p| {
-                    answers
-                        .remove(&(topic.clone(), *p))
-                        .unwrap_or_else(|| produce_error(*p, ResponseError::UnknownServerError.code()))
+        let version = head.version;
+        Box::pin(async move {
+            let local_part = async {
+                let (call, sub) = local?;
+                call.answer(RequestKind::Produce(sub), |k| match k {
+                    ResponseKind::Produce(r) => Some(r),
+                    _ => None,
                 })
-                .collect();
-            response.responses.push(
-                TopicProduceResponse::default()
-                    .with_name(name(&topic))
-                    .with_partition_responses(partition_responses),
-            );
-        }
-        Reply::Respond(Box::new(ResponseKind::Produce(response)))
+                .await
+            };
+            let upstream_parts = join_all(launched.into_iter().map(|(c, flights)| async move {
+                land(
+                    self.cluster(&c),
+                    flights,
+                    ATTEMPTS,
+                    deadline,
+                    &build,
+                    &find_produced,
+                )
+                .await
+            }));
+            let (local_answer, upstream_parts) = futures_util::future::join(local_part, upstream_parts).await;
+            if acks == 0 {
+                return Reply::Silent;
+            }
+            let mut response = ProduceResponse::default();
+            if let Some(local_answer) = local_answer {
+                response.throttle_time_ms = local_answer.throttle_time_ms;
+                for t in local_answer.responses {
+                    for p in t.partition_responses {
+                        answers.insert((t.name.to_string(), p.index), p);
+                    }
+                }
+            }
+            for (item, result) in upstream_parts.into_iter().flatten() {
+                let answer = match result {
+                    Ok(p) => {
+                        let mut out = produce_error(item.partition, p.error_code)
+                            .with_base_offset(p.base_offset)
+                            .with_log_append_time_ms(p.log_append_time_ms);
+                        if version >= 5 {
+                            out.log_start_offset = p.log_start_offset;
+                        }
+                        if version >= 8 {
+                            out.record_errors = p.record_errors;
+                            out.error_message = p.error_message;
+                        }
+                        out
+                    }
+                    Err(e) => {
+                        let mut out = produce_error(item.partition, upstream_code(&e));
+                        if version >= 8 {
+                            out.error_message = Some(StrBytes::from_string(e.to_string()));
+                        }
+                        out
+                    }
+                };
+                answers.insert((item.client, item.partition), answer);
+            }
+            for (topic, partitions) in order {
+                let partition_responses = partitions
+                    .iter()
+                    .map(|p| {
+                        answers
+                            .remove(&(topic.clone(), *p))
+                            .unwrap_or_else(|| produce_error(*p, ResponseError::UnknownServerError.code()))
+                    })
+                    .collect();
+                response.responses.push(
+                    TopicProduceResponse::default()
+                        .with_name(name(&topic))
+                        .with_partition_responses(partition_responses),
+                );
+            }
+            Reply::Respond(Box::new(ResponseKind::Produce(response)))
+        })
     }
 
-    /// Fetch: each destination's part long-polls on its own; the first
-    /// part that comes back with records (or an error) answers the
-    /// request, and the partitions of parts still waiting are left out of
-    /// this answer (the client asks for them again).
-    pub(super) async fn fetch(
-        &self,
+    /// Fetch: every destination's part is sent at once and long-polls on
+    /// its own (upstream ones on the client connection's own fetch
+    /// connections). The request is answered once the parts that came
+    /// back hold `min_bytes` (or an error), or every part came back, or
+    /// `max_wait_ms` (and a grace for the upstream's round trip) passed;
+    /// partitions of parts still waiting are left out of this answer (the
+    /// client asks for them again). Records past `max_bytes` in all are
+    /// left out too, but never those of the first partition that has some.
+    pub(super) async fn fetch<'a>(
+        &'a self,
+        session: &mut Session,
+        head: Head,
         req: FetchRequest,
-        version: i16,
-        local: impl Fn(RequestKind) -> Request,
-        peer: SocketAddr,
-    ) -> FetchResponse {
+    ) -> Pending<'a> {
         let mut local_topics = Vec::new();
         let mut upstream: BTreeMap<String, Vec<Item<FetchPartition>>> = BTreeMap::new();
         let mut missing: Vec<FetchableTopicResponse> = Vec::new();
@@ -309,87 +391,105 @@ impl Router {
                 }
             }
         }
-        let mut parts: FuturesUnordered<FetchPart<'_>> = FuturesUnordered::new();
-        if !local_topics.is_empty() {
+        let (max_wait_ms, min_bytes, max_bytes) = (req.max_wait_ms, req.min_bytes, req.max_bytes);
+        let local = (!local_topics.is_empty()).then(|| {
             let mut sub = req.clone();
             sub.topics = local_topics;
             sub.forgotten_topics_data = Vec::new();
-            let request = local(RequestKind::Fetch(sub));
-            parts.push(Box::pin(async move {
-                let answer = self
-                    .local_answer(request, peer, |k| match k {
-                        ResponseKind::Fetch(r) => Some(r),
+            (self.local(session, &head), sub)
+        });
+        let settings = (max_wait_ms, min_bytes, max_bytes, req.isolation_level);
+        let build = move |group: &[Item<FetchPartition>]| fetch_request(group, settings);
+        let mut launched = Vec::new();
+        for (c, items) in upstream {
+            let flights = launch(self.cluster(&c), items, &mut Via::Session(session), &build).await;
+            launched.push((c, flights));
+        }
+        let version = head.version;
+        Box::pin(async move {
+            let deadline = Instant::now() + Duration::from_millis(max_wait_ms.max(0) as u64) + FETCH_GRACE;
+            let mut parts: FuturesUnordered<FetchPart<'_>> = FuturesUnordered::new();
+            if let Some((call, sub)) = local {
+                parts.push(Box::pin(async move {
+                    call.answer(RequestKind::Fetch(sub), |k| match k {
+                        ResponseKind::Fetch(r) => Some(r.responses),
                         _ => None,
                     })
                     .await
-                    .unwrap_or_default();
-                let ready = has_data(&answer.responses);
-                (answer.responses, ready)
-            }));
-        }
-        let settings = (req.max_wait_ms, req.min_bytes, req.max_bytes, req.isolation_level);
-        for (c, items) in upstream {
-            let cluster = self.cluster(&c).clone();
-            parts.push(Box::pin(async move {
-                let deadline = tokio::time::Instant::now();
-                let send = |node: i32, group: Vec<Item<FetchPartition>>| {
-                    let cluster = cluster.clone();
-                    async move { fetch_upstream(&cluster, node, group, settings).await }
-                };
-                let answered = scatter(&cluster, items, 1, deadline, send).await;
-                let mut topics: Vec<FetchableTopicResponse> = Vec::new();
-                let mut ready = false;
-                for (item, result) in answered {
-                    let data = match result {
-                        Ok(p) => {
-                            let mut out = fetch_error(item.partition, p.error_code)
-                                .with_high_watermark(p.high_watermark)
-                                .with_last_stable_offset(p.last_stable_offset)
-                                .with_aborted_transactions(p.aborted_transactions)
-                                .with_records(p.records);
-                            if version >= 5 {
-                                out.log_start_offset = p.log_start_offset;
+                    .unwrap_or_default()
+                }));
+            }
+            for (c, flights) in launched {
+                let build = &build;
+                parts.push(Box::pin(async move {
+                    let answered =
+                        land(self.cluster(&c), flights, 1, Instant::now(), build, &find_fetched).await;
+                    let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+                    for (item, result) in answered {
+                        let data = match result {
+                            Ok(p) => {
+                                let mut out = fetch_error(item.partition, p.error_code)
+                                    .with_high_watermark(p.high_watermark)
+                                    .with_last_stable_offset(p.last_stable_offset)
+                                    .with_aborted_transactions(p.aborted_transactions)
+                                    .with_records(p.records);
+                                if version >= 5 {
+                                    out.log_start_offset = p.log_start_offset;
+                                }
+                                out
                             }
-                            out
+                            Err(e) => fetch_error(item.partition, upstream_code(&e)),
+                        };
+                        match topics.iter_mut().find(|t| t.topic.as_str() == item.client) {
+                            Some(t) => t.partitions.push(data),
+                            None => topics.push(
+                                FetchableTopicResponse::default()
+                                    .with_topic(name(&item.client))
+                                    .with_partitions(vec![data]),
+                            ),
                         }
-                        Err(e) => fetch_error(item.partition, upstream_code(&e)),
-                    };
-                    ready |= data.error_code != 0 || data.records.as_ref().is_some_and(|r| !r.is_empty());
-                    match topics.iter_mut().find(|t| t.topic.as_str() == item.client) {
-                        Some(t) => t.partitions.push(data),
-                        None => topics.push(
-                            FetchableTopicResponse::default()
-                                .with_topic(name(&item.client))
-                                .with_partitions(vec![data]),
-                        ),
                     }
+                    topics
+                }));
+            }
+            let mut answered: Vec<FetchableTopicResponse> = missing;
+            let mut bytes = 0usize;
+            let mut errors = false;
+            let expire = tokio::time::sleep_until(deadline);
+            tokio::pin!(expire);
+            loop {
+                let part = tokio::select! {
+                    part = parts.next() => part,
+                    () = &mut expire => break,
+                };
+                let Some(part) = part else { break };
+                for p in part.iter().flat_map(|t| &t.partitions) {
+                    bytes += p.records.as_ref().map_or(0, Bytes::len);
+                    errors |= p.error_code != 0;
                 }
-                (topics, ready)
-            }));
-        }
-        let mut answered: Vec<FetchableTopicResponse> = missing;
-        let mut response = FetchResponse::default();
-        while let Some((part, ready)) = parts.next().await {
-            answered.extend(part);
-            if ready {
-                break;
+                answered.extend(part);
+                if parts.is_empty() || errors || (bytes > 0 && bytes >= min_bytes.max(0) as usize) {
+                    break;
+                }
             }
-        }
-        // In the request's order.
-        for topic in order {
-            if let Some(at) = answered.iter().position(|t| t.topic.as_str() == topic) {
-                response.responses.push(answered.swap_remove(at));
+            let mut response = FetchResponse::default();
+            // In the request's order.
+            for topic in order {
+                if let Some(at) = answered.iter().position(|t| t.topic.as_str() == topic) {
+                    response.responses.push(answered.swap_remove(at));
+                }
             }
-        }
-        response
+            within_max_bytes(&mut response.responses, max_bytes);
+            Reply::Respond(Box::new(ResponseKind::Fetch(response)))
+        })
     }
 
-    pub(super) async fn list_offsets(
-        &self,
+    pub(super) async fn list_offsets<'a>(
+        &'a self,
+        session: &mut Session,
+        head: Head,
         req: ListOffsetsRequest,
-        local: impl Fn(RequestKind) -> Request,
-        peer: SocketAddr,
-    ) -> ListOffsetsResponse {
+    ) -> Pending<'a> {
         let order: Vec<(String, Vec<i32>)> = req
             .topics
             .iter()
@@ -427,75 +527,102 @@ impl Router {
                 }
             }
         }
-        let local_part = async {
-            if local_topics.is_empty() {
-                return None;
-            }
-            let mut sub = req.clone();
-            sub.topics = local_topics;
-            self.local_answer(local(RequestKind::ListOffsets(sub)), peer, |k| match k {
-                ResponseKind::ListOffsets(r) => Some(r),
-                _ => None,
-            })
-            .await
-        };
         let isolation = req.isolation_level;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let upstream_parts = join_all(upstream.into_iter().map(|(c, items)| {
-            let cluster = self.cluster(&c).clone();
-            async move {
-                let send = |node: i32, group: Vec<Item<ListOffsetsPartition>>| {
-                    let cluster = cluster.clone();
-                    async move { list_offsets_upstream(&cluster, node, group, isolation).await }
-                };
-                scatter(&cluster, items, ATTEMPTS, deadline, send).await
-            }
-        }));
-        let (local_answer, upstream_parts) = futures_util::future::join(local_part, upstream_parts).await;
-        let mut response = ListOffsetsResponse::default();
-        if let Some(local_answer) = local_answer {
-            for t in local_answer.topics {
-                for p in t.partitions {
-                    answers.insert((t.name.to_string(), p.partition_index), p);
+        let local = (!local_topics.is_empty()).then(|| {
+            let mut sub = req;
+            sub.topics = local_topics;
+            (self.local(session, &head), sub)
+        });
+        let build = move |group: &[Item<ListOffsetsPartition>]| list_offsets_request(group, isolation);
+        let mut launched = Vec::new();
+        for (c, items) in upstream {
+            let flights = launch(self.cluster(&c), items, &mut Via::Shared, &build).await;
+            launched.push((c, flights));
+        }
+        let deadline = Instant::now() + LIST_OFFSETS_TIMEOUT;
+        Box::pin(async move {
+            let local_part = async {
+                let (call, sub) = local?;
+                call.answer(RequestKind::ListOffsets(sub), |k| match k {
+                    ResponseKind::ListOffsets(r) => Some(r),
+                    _ => None,
+                })
+                .await
+            };
+            let upstream_parts = join_all(launched.into_iter().map(|(c, flights)| async move {
+                land(
+                    self.cluster(&c),
+                    flights,
+                    ATTEMPTS,
+                    deadline,
+                    &build,
+                    &find_offsets,
+                )
+                .await
+            }));
+            let (local_answer, upstream_parts) = futures_util::future::join(local_part, upstream_parts).await;
+            let mut response = ListOffsetsResponse::default();
+            if let Some(local_answer) = local_answer {
+                for t in local_answer.topics {
+                    for p in t.partitions {
+                        answers.insert((t.name.to_string(), p.partition_index), p);
+                    }
                 }
             }
-        }
-        for (item, result) in upstream_parts.into_iter().flatten() {
-            let answer = match result {
-                Ok(p) => offsets_error(item.partition, p.error_code)
-                    .with_timestamp(p.timestamp)
-                    .with_offset(p.offset),
-                Err(e) => offsets_error(item.partition, upstream_code(&e)),
-            };
-            answers.insert((item.client, item.partition), answer);
-        }
-        for (topic, partitions) in order {
-            let partitions = partitions
-                .iter()
-                .map(|p| {
-                    answers
-                        .remove(&(topic.clone(), *p))
-                        .unwrap_or_else(|| offsets_error(*p, ResponseError::UnknownServerError.code()))
-                })
-                .collect();
-            response.topics.push(
-                ListOffsetsTopicResponse::default()
-                    .with_name(name(&topic))
-                    .with_partitions(partitions),
-            );
-        }
-        response
+            for (item, result) in upstream_parts.into_iter().flatten() {
+                let answer = match result {
+                    Ok(p) => offsets_error(item.partition, p.error_code)
+                        .with_timestamp(p.timestamp)
+                        .with_offset(p.offset),
+                    Err(e) => offsets_error(item.partition, upstream_code(&e)),
+                };
+                answers.insert((item.client, item.partition), answer);
+            }
+            for (topic, partitions) in order {
+                let partitions = partitions
+                    .iter()
+                    .map(|p| {
+                        answers
+                            .remove(&(topic.clone(), *p))
+                            .unwrap_or_else(|| offsets_error(*p, ResponseError::UnknownServerError.code()))
+                    })
+                    .collect();
+                response.topics.push(
+                    ListOffsetsTopicResponse::default()
+                        .with_name(name(&topic))
+                        .with_partitions(partitions),
+                );
+            }
+            Reply::Respond(Box::new(ResponseKind::ListOffsets(response)))
+        })
     }
 }
 
-/// One leader's Fetch, on the cluster's fetch lane.
-async fn fetch_upstream(
-    cluster: &Cluster,
-    node: i32,
-    group: Vec<Item<FetchPartition>>,
+/// Record bytes past `max_bytes` (counted in order) are left out, except
+/// those of the first partition that has any (as a broker always returns
+/// at least one batch, so that a consumer makes progress).
+fn within_max_bytes(topics: &mut [FetchableTopicResponse], max_bytes: i32) {
+    let max = max_bytes.max(0) as usize;
+    let mut total = 0usize;
+    for p in topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+        let len = p.records.as_ref().map_or(0, Bytes::len);
+        if len == 0 {
+            continue;
+        }
+        if total > 0 && total + len > max {
+            p.records = Some(Bytes::new());
+        } else {
+            total += len;
+        }
+    }
+}
+
+/// One leader's Fetch.
+fn fetch_request(
+    group: &[Item<FetchPartition>],
     (max_wait_ms, min_bytes, max_bytes, isolation_level): (i32, i32, i32, i8),
-) -> Vec<(Item<FetchPartition>, Result<PartitionData, UpstreamError>)> {
-    let topics = by_topic(&group, |item| {
+) -> FetchRequest {
+    let topics = by_topic(group, |item| {
         FetchPartition::default()
             .with_partition(item.partition)
             .with_fetch_offset(item.data.fetch_offset)
@@ -503,60 +630,42 @@ async fn fetch_upstream(
     })
     .map(|(name, partitions)| FetchTopic::default().with_topic(name).with_partitions(partitions))
     .collect();
-    let request = FetchRequest::default()
+    FetchRequest::default()
         .with_max_wait_ms(max_wait_ms)
         .with_min_bytes(min_bytes)
         .with_max_bytes(max_bytes)
         .with_isolation_level(isolation_level)
-        .with_topics(topics);
-    let answer: Result<FetchResponse, UpstreamError> = async {
-        let connection = cluster.broker_lane(node, Lane::Fetch).await?;
-        let response = connection.request(&request).await?;
-        strait_upstream::error::check(cluster.name(), || "Fetch".to_owned(), response.error_code)?;
-        Ok(response)
-    }
-    .await;
-    let mut response = match answer {
-        Ok(r) => r,
-        Err(e) => return group.into_iter().map(|i| (i, Err(e.clone()))).collect(),
-    };
-    group
-        .into_iter()
-        .map(|item| {
-            let found = response
-                .responses
+        .with_topics(topics)
+}
+
+/// An item's part of a Fetch answer. A broker may leave out partitions
+/// that have nothing (Tansu does): no records, watermarks unknown.
+fn find_fetched(response: &mut FetchResponse, item: &Item<FetchPartition>) -> Option<(PartitionData, i16)> {
+    let found = response
+        .responses
+        .iter_mut()
+        .find(|t| t.topic.as_str() == item.upstream)
+        .and_then(|t| {
+            t.partitions
                 .iter_mut()
-                .find(|t| t.topic.as_str() == item.upstream)
-                .and_then(|t| {
-                    t.partitions
-                        .iter_mut()
-                        .find(|p| p.partition_index == item.partition)
-                })
-                .map(std::mem::take);
-            // A broker may leave out partitions that have nothing (Tansu
-            // does): no records, watermarks unknown.
-            let data = found.unwrap_or_else(|| {
-                fetch_error(item.partition, 0)
-                    .with_high_watermark(-1)
-                    .with_last_stable_offset(-1)
-            });
-            (item, Ok(data))
+                .find(|p| p.partition_index == item.partition)
         })
-        .collect()
+        .map(std::mem::take);
+    let mut data = found.unwrap_or_else(|| {
+        fetch_error(item.partition, 0)
+            .with_high_watermark(-1)
+            .with_last_stable_offset(-1)
+    });
+    if response.error_code != 0 {
+        data.error_code = response.error_code;
+    }
+    let code = data.error_code;
+    Some((data, code))
 }
 
 /// One leader's Produce.
-async fn produce_upstream(
-    cluster: &Cluster,
-    node: i32,
-    group: Vec<Item<Option<Bytes>>>,
-    acks: i16,
-    timeout_ms: i32,
-) -> Vec<(
-    Item<Option<Bytes>>,
-    Result<PartitionProduceResponse, UpstreamError>,
-)> {
-    let topics = by_topic(&group, |item| {
+fn produce_request(group: &[Item<Option<Bytes>>], acks: i16, timeout_ms: i32) -> ProduceRequest {
+    let topics = by_topic(group, |item| {
         PartitionProduceData::default()
             .with_index(item.partition)
             .with_records(item.data.clone())
@@ -567,39 +676,27 @@ async fn produce_upstream(
             .with_partition_data(partitions)
     })
     .collect();
-    let request = ProduceRequest::default()
+    ProduceRequest::default()
         .with_acks(acks)
         .with_timeout_ms(timeout_ms)
-        .with_topic_data(topics);
-    let answer = async { cluster.broker(node).await?.request(&request).await }.await;
-    settle(
-        cluster,
-        node,
-        ApiKey::Produce,
-        group,
-        answer,
-        |response: &ProduceResponse, item| {
-            response
-                .responses
-                .iter()
-                .find(|t| t.name.as_str() == item.upstream)
-                .and_then(|t| t.partition_responses.iter().find(|p| p.index == item.partition))
-                .map(|p| (p.clone(), p.error_code))
-        },
-    )
+        .with_topic_data(topics)
+}
+
+fn find_produced(
+    response: &mut ProduceResponse,
+    item: &Item<Option<Bytes>>,
+) -> Option<(PartitionProduceResponse, i16)> {
+    response
+        .responses
+        .iter()
+        .find(|t| t.name.as_str() == item.upstream)
+        .and_then(|t| t.partition_responses.iter().find(|p| p.index == item.partition))
+        .map(|p| (p.clone(), p.error_code))
 }
 
 /// One leader's ListOffsets.
-async fn list_offsets_upstream(
-    cluster: &Cluster,
-    node: i32,
-    group: Vec<Item<ListOffsetsPartition>>,
-    isolation_level: i8,
-) -> Vec<(
-    Item<ListOffsetsPartition>,
-    Result<ListOffsetsPartitionResponse, UpstreamError>,
-)> {
-    let topics = by_topic(&group, |item| {
+fn list_offsets_request(group: &[Item<ListOffsetsPartition>], isolation_level: i8) -> ListOffsetsRequest {
+    let topics = by_topic(group, |item| {
         ListOffsetsPartition::default()
             .with_partition_index(item.partition)
             .with_timestamp(item.data.timestamp)
@@ -610,26 +707,22 @@ async fn list_offsets_upstream(
             .with_partitions(partitions)
     })
     .collect();
-    let request = ListOffsetsRequest::default()
+    ListOffsetsRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_isolation_level(isolation_level)
-        .with_topics(topics);
-    let answer = async { cluster.broker(node).await?.request(&request).await }.await;
-    settle(
-        cluster,
-        node,
-        ApiKey::ListOffsets,
-        group,
-        answer,
-        |response: &ListOffsetsResponse, item| {
-            response
-                .topics
-                .iter()
-                .find(|t| t.name.as_str() == item.upstream)
-                .and_then(|t| t.partitions.iter().find(|p| p.partition_index == item.partition))
-                .map(|p| (p.clone(), p.error_code))
-        },
-    )
+        .with_topics(topics)
+}
+
+fn find_offsets(
+    response: &mut ListOffsetsResponse,
+    item: &Item<ListOffsetsPartition>,
+) -> Option<(ListOffsetsPartitionResponse, i16)> {
+    response
+        .topics
+        .iter()
+        .find(|t| t.name.as_str() == item.upstream)
+        .and_then(|t| t.partitions.iter().find(|p| p.partition_index == item.partition))
+        .map(|p| (p.clone(), p.error_code))
 }
 
 /// `group`'s partitions made with `partition`, gathered by upstream topic
@@ -656,7 +749,7 @@ fn by_topic<T, P>(
 /// Each item's answer from one leader's `answer`, found with `find` (which
 /// also gives its error code): every item fails with the request's error;
 /// an item the answer leaves out is a malformed answer; a moved leader is
-/// an error that [`scatter`] retries; any other code reaches the client
+/// an error that [`land`] retries; any other code reaches the client
 /// inside the answer.
 fn settle<T, R, A>(
     cluster: &Cluster,
@@ -664,16 +757,16 @@ fn settle<T, R, A>(
     api: ApiKey,
     group: Vec<Item<T>>,
     answer: Result<R, UpstreamError>,
-    find: impl Fn(&R, &Item<T>) -> Option<(A, i16)>,
+    find: &impl Fn(&mut R, &Item<T>) -> Option<(A, i16)>,
 ) -> Vec<(Item<T>, Result<A, UpstreamError>)> {
-    let response = match answer {
+    let mut response = match answer {
         Ok(r) => r,
         Err(e) => return group.into_iter().map(|i| (i, Err(e.clone()))).collect(),
     };
     group
         .into_iter()
         .map(|item| {
-            let result = match find(&response, &item) {
+            let result = match find(&mut response, &item) {
                 None => Err(UpstreamError::Malformed {
                     broker: format!("{} broker {node}", cluster.name()),
                     api,
@@ -687,13 +780,6 @@ fn settle<T, R, A>(
             (item, result)
         })
         .collect()
-}
-
-fn has_data(topics: &[FetchableTopicResponse]) -> bool {
-    topics
-        .iter()
-        .flat_map(|t| &t.partitions)
-        .any(|p| p.error_code != 0 || p.records.as_ref().is_some_and(|r| !r.is_empty()))
 }
 
 fn produce_error(index: i32, code: i16) -> PartitionProduceResponse {

@@ -21,9 +21,12 @@
 //! to the local broker.
 
 mod data;
+pub mod session;
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::future::join_all;
@@ -39,6 +42,7 @@ use strait_upstream::Cluster;
 use crate::broker::{Broker, Reply, NODE_ID};
 use crate::codec::Request;
 use crate::error::{kafka_code, Failure};
+use session::{Session, Ticket};
 
 /// The gateway's request handler: the local broker alone, or the local
 /// broker and upstream clusters behind routes.
@@ -50,6 +54,59 @@ pub struct Router {
     /// Whether any route leads to an upstream (else every request goes to
     /// the local broker as it is).
     routing: bool,
+}
+
+/// What is left of a request once it started: its answer to come.
+pub type Pending<'a> = Pin<Box<dyn Future<Output = Reply> + Send + 'a>>;
+
+/// The header fields of a request, repeated in its parts.
+#[derive(Debug, Clone)]
+struct Head {
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    client_id: Option<String>,
+}
+
+/// A request's part for the local broker, in its place in the connection's
+/// local order (see [`session`]).
+#[derive(Debug)]
+struct LocalCall<'a> {
+    broker: &'a Broker,
+    head: Head,
+    peer: SocketAddr,
+    ticket: Ticket,
+}
+
+impl LocalCall<'_> {
+    /// The local broker's reply to `body`, once the connection's earlier
+    /// local parts are done.
+    async fn reply(self, body: RequestKind) -> Reply {
+        self.ticket.wait().await;
+        let Head {
+            api,
+            version,
+            correlation_id,
+            client_id,
+        } = self.head;
+        let request = Request {
+            api,
+            version,
+            correlation_id,
+            client_id,
+            body,
+        };
+        self.broker.handle(request, self.peer).await
+    }
+
+    /// The local broker's answer to `body`, which must be of the kind
+    /// `pick` takes.
+    async fn answer<T>(self, body: RequestKind, pick: impl FnOnce(ResponseKind) -> Option<T>) -> Option<T> {
+        match self.reply(body).await {
+            Reply::Respond(kind) => pick(*kind),
+            Reply::Silent | Reply::Close(_) => None,
+        }
+    }
 }
 
 /// One topic of a request, resolved.
@@ -108,10 +165,20 @@ impl Router {
         &self.upstreams[name]
     }
 
-    /// Answers one request from the client at `peer`.
-    pub async fn handle(&self, request: Request, peer: SocketAddr) -> Reply {
+    /// Starts one request of `session`'s client: what must happen in the
+    /// order requests arrived (taking a place in the local order, handing
+    /// upstream requests to their connections) happens before this
+    /// returns; the rest, waiting for the answers and merging them, is the
+    /// returned future, which the server runs beside the connection's
+    /// other requests and answers in order.
+    pub async fn start<'a>(&'a self, session: &mut Session, request: Request) -> Pending<'a> {
         if !self.routing {
-            return self.broker.handle(request, peer).await;
+            let ticket = session.ticket();
+            let peer = session.peer();
+            return Box::pin(async move {
+                ticket.wait().await;
+                self.broker.handle(request, peer).await
+            });
         }
         let Request {
             api,
@@ -120,51 +187,46 @@ impl Router {
             client_id,
             body,
         } = request;
-        let local = |body| Request {
+        let head = Head {
             api,
             version,
             correlation_id,
-            client_id: client_id.clone(),
-            body,
+            client_id,
         };
         let respond = |kind| Reply::Respond(Box::new(kind));
         match body {
-            RequestKind::Metadata(req) => respond(ResponseKind::Metadata(
-                self.metadata(req, version, local, peer).await,
-            )),
-            RequestKind::Produce(req) => self.produce(req, version, local, peer).await,
-            RequestKind::Fetch(req) => {
-                respond(ResponseKind::Fetch(self.fetch(req, version, local, peer).await))
+            RequestKind::Metadata(req) => {
+                let local = self.local(session, &head);
+                Box::pin(
+                    async move { respond(ResponseKind::Metadata(self.metadata(req, version, local).await)) },
+                )
             }
-            RequestKind::ListOffsets(req) => respond(ResponseKind::ListOffsets(
-                self.list_offsets(req, local, peer).await,
-            )),
-            RequestKind::CreateTopics(req) => self.create_topics(req, local, peer).await,
-            body => self.broker.handle(local(body), peer).await,
+            RequestKind::Produce(req) => self.produce(session, head, req).await,
+            RequestKind::Fetch(req) => self.fetch(session, head, req).await,
+            RequestKind::ListOffsets(req) => self.list_offsets(session, head, req).await,
+            RequestKind::CreateTopics(req) => {
+                let local = self.local(session, &head);
+                Box::pin(self.create_topics(req, local))
+            }
+            body => {
+                let local = self.local(session, &head);
+                Box::pin(local.reply(body))
+            }
         }
     }
 
-    /// The local broker's answer to `request`, which must be of the kind
-    /// `pick` takes.
-    async fn local_answer<T>(
-        &self,
-        request: Request,
-        peer: SocketAddr,
-        pick: impl FnOnce(ResponseKind) -> Option<T>,
-    ) -> Option<T> {
-        match self.broker.handle(request, peer).await {
-            Reply::Respond(kind) => pick(*kind),
-            Reply::Silent | Reply::Close(_) => None,
+    /// A call on the local broker for a part of a request of `session`,
+    /// in its place in the connection's local order.
+    fn local(&self, session: &mut Session, head: &Head) -> LocalCall<'_> {
+        LocalCall {
+            broker: &self.broker,
+            head: head.clone(),
+            peer: session.peer(),
+            ticket: session.ticket(),
         }
     }
 
-    async fn metadata(
-        &self,
-        req: MetadataRequest,
-        version: i16,
-        local: impl Fn(RequestKind) -> Request,
-        peer: SocketAddr,
-    ) -> MetadataResponse {
+    async fn metadata(&self, req: MetadataRequest, version: i16, local: LocalCall<'_>) -> MetadataResponse {
         let all = match &req.topics {
             None => true,
             Some(t) => t.is_empty() && version == 0,
@@ -195,17 +257,18 @@ impl Router {
         }
         let ask_local = all || local_req.topics.as_ref().is_some_and(|t| !t.is_empty());
         let mut response = if ask_local {
-            self.local_answer(local(RequestKind::Metadata(local_req)), peer, |k| match k {
-                ResponseKind::Metadata(m) => Some(m),
-                _ => None,
-            })
-            .await
-            .unwrap_or_default()
+            local
+                .answer(RequestKind::Metadata(local_req), |k| match k {
+                    ResponseKind::Metadata(m) => Some(m),
+                    _ => None,
+                })
+                .await
+                .unwrap_or_default()
         } else {
             // Brokers and cluster id from an empty local answer.
             let empty = MetadataRequest::default().with_topics(Some(Vec::new()));
-            let mut m = self
-                .local_answer(local(RequestKind::Metadata(empty)), peer, |k| match k {
+            let mut m = local
+                .answer(RequestKind::Metadata(empty), |k| match k {
                     ResponseKind::Metadata(m) => Some(m),
                     _ => None,
                 })
@@ -310,12 +373,7 @@ impl Router {
 
     /// CreateTopics: local names go to the local broker; names routed to a
     /// cluster are refused for now (never created locally).
-    async fn create_topics(
-        &self,
-        mut req: CreateTopicsRequest,
-        local: impl Fn(RequestKind) -> Request,
-        peer: SocketAddr,
-    ) -> Reply {
+    async fn create_topics(&self, mut req: CreateTopicsRequest, local: LocalCall<'_>) -> Reply {
         let mut refused = Vec::new();
         req.topics.retain(|t| match self.place(t.name.as_str()) {
             Place::Local => true,
@@ -349,12 +407,13 @@ impl Router {
         let mut response = if req.topics.is_empty() {
             CreateTopicsResponse::default()
         } else {
-            self.local_answer(local(RequestKind::CreateTopics(req)), peer, |k| match k {
-                ResponseKind::CreateTopics(r) => Some(r),
-                _ => None,
-            })
-            .await
-            .unwrap_or_default()
+            local
+                .answer(RequestKind::CreateTopics(req), |k| match k {
+                    ResponseKind::CreateTopics(r) => Some(r),
+                    _ => None,
+                })
+                .await
+                .unwrap_or_default()
         };
         response.topics.extend(refused);
         Reply::Respond(Box::new(ResponseKind::CreateTopics(response)))
