@@ -2895,62 +2895,7 @@ fn protocol_fetch_long_poll_and_limits() {
 
 mod raw_produce {
     use super::*;
-    use kafka_protocol::messages::{
-        InitProducerIdRequest, InitProducerIdResponse, ProducerId, TransactionalId,
-    };
-    use kafka_protocol::protocol::{Decodable, StrBytes};
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
-
-    pub fn init_producer_id(c: &mut raw::Conn, transactional: Option<&str>) -> InitProducerIdResponse {
-        let req = InitProducerIdRequest::default()
-            .with_transactional_id(
-                transactional.map(|t| TransactionalId(StrBytes::from_string(t.to_string()))),
-            )
-            .with_transaction_timeout_ms(60_000)
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1);
-        let (id, f) = c.frame(ApiKey::InitProducerId, 4, 4, &req);
-        c.send_raw(&f);
-        let body = c.read(ApiKey::InitProducerId, 4, id);
-        InitProducerIdResponse::decode(&mut &body[..], 4).expect("InitProducerId response")
-    }
-
-    /// An uncompressed v2 batch of `values` from producer (pid, epoch)
-    /// starting at sequence `base_seq`.
-    pub fn batch(pid: i64, epoch: i16, base_seq: i32, values: &[&str]) -> Vec<u8> {
-        let records: Vec<Record> = values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: pid,
-                producer_epoch: epoch,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: base_seq + i as i32,
-                timestamp: 1_700_000_000_000 + i as i64,
-                key: None,
-                value: Some(v.as_bytes().to_vec().into()),
-                headers: Default::default(),
-            })
-            .collect();
-        let mut buf = Vec::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .expect("encoding a batch");
-        buf
-    }
+    pub use support::raw::{idempotent_batch as batch, init_producer_id};
 
     /// Produce v9, acks=all, one batch to partition 0: (error, base offset).
     pub fn produce(c: &mut raw::Conn, topic: &str, batch: &[u8]) -> (i16, i64) {

@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -209,4 +209,130 @@ fn a_connections_requests_go_upstream_without_waiting_for_earlier_answers_and_co
     assert_eq!(answers, vec![(0, 1), (0, 2), (0, 1), (0, 3), (0, 4)]);
     let records = support::dump(&upstream.bootstrap(), "pipelined", 5, 0..1);
     assert_eq!(count(&records), 5, "{records:?}");
+}
+
+/// A Strait whose `dc1.` topics live on `upstream` (without the prefix),
+/// the rest locally.
+fn in_front_of(upstream: &str) -> (Strait, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("strait.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"clusters:
+  dc1: {{ bootstrap: ["{upstream}"] }}
+routes:
+  - {{ prefix: "dc1.", to: dc1, strip_prefix: true }}
+  - {{ regex: ".*", to: local }}
+"#
+        ),
+    )
+    .unwrap();
+    (Strait::start(&["--config", path.to_str().unwrap()]), dir)
+}
+
+#[test]
+fn an_idempotent_producer_keeps_its_checks_upstream_under_the_clusters_own_producer_id() {
+    // The upstream is a `strait serve`: Tansu does not check sequences.
+    let upstream = Strait::start(&[]);
+    support::create_topic("ck_admin.py", &upstream.bootstrap(), "idem", 1);
+    let mut direct = raw::Conn::open(upstream.port(), "direct");
+    // The upstream hands out a few ids first, so that its ids and the
+    // gateway's differ.
+    for _ in 0..3 {
+        assert_eq!(raw::init_producer_id(&mut direct, None).error_code, 0);
+    }
+    let (gateway, _dir) = in_front_of(&upstream.bootstrap());
+    support::create_topic("ck_admin.py", &gateway.bootstrap(), "local-idem", 1);
+    let mut c = raw::Conn::open(gateway.port(), "idempotent");
+    let init = raw::init_producer_id(&mut c, None);
+    assert_eq!(init.error_code, 0);
+    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+
+    let first = raw::idempotent_batch(pid, epoch, 0, &["a", "b"]);
+    assert_eq!(c.produce("dc1.idem", 0, &first, 10_000), (0, 0));
+    // A retry is acknowledged with its offset and not written twice.
+    assert_eq!(c.produce("dc1.idem", 0, &first, 10_000), (0, 0));
+    let next = raw::idempotent_batch(pid, epoch, 2, &["c"]);
+    assert_eq!(c.produce("dc1.idem", 0, &next, 10_000), (0, 2));
+    // A gap in the sequence.
+    let gap = raw::idempotent_batch(pid, epoch, 9, &["x"]);
+    assert_eq!(
+        c.produce("dc1.idem", 0, &gap, 10_000).0,
+        45,
+        "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    );
+    // The same producer on a local topic: its own id, sequences from 0.
+    assert_eq!(c.produce("local-idem", 0, &first, 10_000), (0, 0));
+
+    let upstream_batches = raw::batch_headers(&mut direct, "idem");
+    assert_eq!(
+        upstream_batches.iter().map(|h| h.record_count).sum::<i32>(),
+        3,
+        "{upstream_batches:?}"
+    );
+    let upstream_ids: BTreeSet<(i64, i16)> = upstream_batches
+        .iter()
+        .map(|h| (h.producer_id, h.producer_epoch))
+        .collect();
+    assert_eq!(upstream_ids.len(), 1, "{upstream_batches:?}");
+    let (upstream_pid, _) = *upstream_ids.first().unwrap();
+    assert!(
+        upstream_pid >= 0 && upstream_pid != pid,
+        "{upstream_pid} vs {pid}"
+    );
+    assert_eq!(
+        upstream_batches
+            .iter()
+            .map(|h| h.base_sequence)
+            .collect::<Vec<_>>(),
+        vec![0, 2]
+    );
+    let local = raw::batch_headers(&mut c, "local-idem");
+    assert_eq!(local.len(), 1);
+    assert_eq!((local[0].producer_id, local[0].base_sequence), (pid, 0));
+}
+
+#[test]
+fn a_java_producer_writes_to_two_clusters_and_a_local_topic_under_one_producer_id() {
+    let dc1 = Tansu::start();
+    let dc2 = Tansu::start_with(&["--cluster-id", "dc2"]);
+    support::create_topic("ck_admin.py", &dc1.bootstrap(), "orders", 2);
+    support::create_topic("ck_admin.py", &dc2.bootstrap(), "legacy-v2", 2);
+    let (strait, _dir) = routed_strait(&dc1.bootstrap(), &dc2.bootstrap());
+    let b = strait.bootstrap();
+    support::create_topic("ck_admin.py", &b, "local-java", 2);
+    // Java's producer is idempotent by default at acks=all.
+    let out = run_client(
+        "java:produce",
+        &[
+            "--bootstrap",
+            &b,
+            "--topic",
+            "dc1.orders,legacy,local-java",
+            "--count",
+            "600",
+            "--keyed",
+            "--value-prefix",
+            "java",
+        ],
+    );
+    assert_eq!(out["delivered"].as_u64(), Some(600), "{out}");
+    for topic in ["dc1.orders", "legacy", "local-java"] {
+        assert_eq!(out["topics"][topic].as_u64(), Some(200), "{out}");
+    }
+    // Every record once, where its route says, read on each cluster.
+    assert_eq!(count(&dump(&dc1.bootstrap(), "orders", 200)), 200);
+    assert_eq!(count(&dump(&dc2.bootstrap(), "legacy-v2", 200)), 200);
+    assert_eq!(count(&dump(&b, "local-java", 200)), 200);
+    // Each cluster's batches carry one producer id of that cluster's.
+    for (cluster, port, topic) in [("dc1", dc1.port(), "orders"), ("dc2", dc2.port(), "legacy-v2")] {
+        let mut c = raw::Conn::open(port, "check");
+        let ids: BTreeSet<i64> = raw::batch_headers(&mut c, topic)
+            .iter()
+            .map(|h| h.producer_id)
+            .collect();
+        assert_eq!(ids.len(), 1, "{cluster}: {ids:?}");
+        assert!(*ids.first().unwrap() >= 0, "{cluster}: {ids:?}");
+    }
 }

@@ -291,6 +291,15 @@ pub fn patch_header(buf: &mut [u8], at: usize, bytes: &[u8]) -> Result<(), Batch
     Ok(())
 }
 
+/// Overwrites the producer id and epoch of the batch at the start of `buf`,
+/// updating its CRC from the bytes that changed ([`patch_header`]).
+pub fn set_producer(buf: &mut [u8], producer_id: i64, producer_epoch: i16) -> Result<(), BatchError> {
+    let mut fields = [0u8; 10];
+    fields[..8].copy_from_slice(&producer_id.to_be_bytes());
+    fields[8..].copy_from_slice(&producer_epoch.to_be_bytes());
+    patch_header(buf, 43, &fields)
+}
+
 /// Iterates over the batches of a buffer, validating each (CRC included).
 /// Stops after the first error.
 #[derive(Debug, Clone)]
@@ -824,6 +833,18 @@ mod tests {
             patch_header(&mut damaged, 43, &[1; 14]).unwrap();
             assert!(matches!(validate(&damaged), Err(BatchError::Crc { .. })));
         }
+    }
+
+    #[test]
+    fn a_new_producer_leaves_a_valid_batch_with_the_rest_as_it_was() {
+        let original = build::batch(5, &[b"one", b"two"]);
+        let mut buf = original.clone();
+        set_producer(&mut buf, 0x0102_0304_0506, 7).unwrap();
+        let h = validate(&buf).expect("the CRC fits");
+        assert_eq!((h.producer_id, h.producer_epoch), (0x0102_0304_0506, 7));
+        assert_eq!(buf[..17], original[..17]);
+        assert_eq!(buf[21..43], original[21..43]);
+        assert_eq!(buf[53..], original[53..]);
     }
 
     #[test]

@@ -21,7 +21,9 @@
 // adds "at": {"p": offset} (ListOffsets by timestamp, -1 when none).
 //
 // Without --idempotent / --no-idempotent the producer keeps Java's own
-// default: idempotent whenever acks=all.
+// default: idempotent whenever acks=all. produce --topic takes a
+// comma-separated list (record i goes to topic (i - start) % n; the JSON
+// adds "topics": {T: delivered}), for one producer writing to several.
 //
 // The harness (tests/support) compiles this file once per test process
 // against the jars `scripts/peers` puts in .peers/java/.
@@ -217,7 +219,8 @@ public class JavaClient {
     // --- produce ---------------------------------------------------------------
 
     static void produce(Args a, long t0) throws Exception {
-        String topic = a.get("--topic");
+        // A comma-separated list: record i goes to the (i - start) % n-th.
+        String[] topicList = a.get("--topic").split(",");
         long count = a.num("--count", -1);
         if (count < 0) usage("--count is required");
         long start = a.num("--start", 0);
@@ -250,15 +253,17 @@ public class JavaClient {
                 String key = a.has("--keyed") ? "k" + (i % 16) : null;
                 Integer partition = a.values.containsKey("--partition") ? (int) a.num("--partition", 0) : null;
                 Long timestamp = stamped ? tsBase + (i - start) * tsStep : null;
+                String topic = topicList[(int) ((i - start) % topicList.length)];
                 producer.send(new ProducerRecord<>(topic, partition, timestamp, key, value), (md, e) -> {
                     if (e != null) errors.add(errText(e));
-                    else delivered.add(new Object[] {md.partition(), md.hasOffset() ? md.offset() : -1L, value});
+                    else delivered.add(new Object[] {md.partition(), md.hasOffset() ? md.offset() : -1L, value, md.topic()});
                 });
             }
             producer.flush();
         }
 
         Map<String, Long> partitions = new TreeMap<>();
+        Map<String, Long> byTopic = new TreeMap<>();
         Map<String, List<Long>> offsets = new TreeMap<>();
         List<String> values = new ArrayList<>();
         synchronized (delivered) {
@@ -266,6 +271,7 @@ public class JavaClient {
                 int part = (Integer) d[0];
                 long off = (Long) d[1];
                 partitions.merge(String.valueOf(part), 1L, Long::sum);
+                byTopic.merge((String) d[3], 1L, Long::sum);
                 if (off >= 0) addOffset(offsets, part, off);
                 values.add((String) d[2]);
             }
@@ -277,6 +283,7 @@ public class JavaClient {
         r.put("errors", new ArrayList<>(new TreeSet<>(errors)).subList(0, Math.min(20, new TreeSet<>(errors).size())));
         r.put("error_count", errors.size());
         r.put("partitions", partitions);
+        r.put("topics", byTopic);
         r.put("offsets", offsets);
         r.put("values_sha", valuesSha(values));
         r.put("elapsed_s", (System.nanoTime() - t0) / 1e9);

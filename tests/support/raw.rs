@@ -8,11 +8,12 @@ use std::time::Duration;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse, MetadataRequest,
-    MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, SaslHandshakeRequest,
-    SaslHandshakeResponse, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse, InitProducerIdRequest,
+    InitProducerIdResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, ProducerId,
+    RequestHeader, ResponseHeader, SaslHandshakeRequest, SaslHandshakeResponse, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
 /// A raw Kafka connection.
 pub struct Conn {
@@ -225,4 +226,68 @@ pub fn fetch_request(
                 .with_partition(0)
                 .with_fetch_offset(offset)
                 .with_partition_max_bytes(partition_max_bytes)])])
+}
+
+/// InitProducerId v4 (a transactional one with `transactional`).
+pub fn init_producer_id(c: &mut Conn, transactional: Option<&str>) -> InitProducerIdResponse {
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(transactional.map(|t| TransactionalId(StrBytes::from_string(t.to_string()))))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let (id, f) = c.frame(ApiKey::InitProducerId, 4, 4, &req);
+    c.send_raw(&f);
+    let body = c.read(ApiKey::InitProducerId, 4, id);
+    InitProducerIdResponse::decode(&mut &body[..], 4).expect("InitProducerId response")
+}
+
+/// An uncompressed v2 batch of `values` from producer (pid, epoch)
+/// starting at sequence `base_seq`.
+pub fn idempotent_batch(pid: i64, epoch: i16, base_seq: i32, values: &[&str]) -> Vec<u8> {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: pid,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: base_seq + i as i32,
+            timestamp: 1_700_000_000_000 + i as i64,
+            key: None,
+            value: Some(v.as_bytes().to_vec().into()),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = Vec::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encoding a batch");
+    buf
+}
+
+/// The headers of the record batches of partition 0 of `topic` from
+/// offset 0 (one Fetch of up to 8 MiB), as the broker stores them.
+pub fn batch_headers(c: &mut Conn, topic: &str) -> Vec<strait_spool::batch::BatchHeader> {
+    let response = c.fetch(&fetch_request(topic, 0, 100, 1, 8 << 20, 8 << 20));
+    let partition = &response.responses[0].partitions[0];
+    assert_eq!(partition.error_code, 0, "fetching {topic}: {partition:?}");
+    let records = partition.records.clone().unwrap_or_default();
+    let mut headers = Vec::new();
+    let mut at = 0;
+    while let Ok(h) = strait_spool::batch::BatchHeader::parse_whole(&records[at..]) {
+        at += h.size();
+        headers.push(h);
+    }
+    headers
 }

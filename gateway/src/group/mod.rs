@@ -881,6 +881,35 @@ impl GroupCoordinator {
         resp
     }
 
+    /// The error a commit of `req`'s group, generation and member would
+    /// get now, or `None` when it would be accepted; an accepted member's
+    /// session is touched, as a commit does. For the offsets the router
+    /// commits elsewhere (on the upstream cluster of their topic) under a
+    /// group this coordinator runs.
+    pub fn check_commit(&self, req: &OffsetCommitRequest, version: i16) -> Option<ResponseError> {
+        let member_id = req.member_id.to_string();
+        let instance_id = req.group_instance_id.as_deref().filter(|_| version >= 7);
+        let mut guard = self.shared.lock();
+        let st = &mut *guard;
+        if st.closed {
+            return Some(ResponseError::CoordinatorNotAvailable);
+        }
+        let error = validate_commit(
+            st.groups.get(req.group_id.as_str()),
+            req.generation_id_or_member_epoch,
+            &member_id,
+            instance_id,
+        );
+        if error.is_none() {
+            if let Some(group) = st.groups.get_mut(req.group_id.as_str()) {
+                if matches!(group.state, GroupState::Stable | GroupState::PreparingRebalance) {
+                    group.touch_member(&member_id, &mut st.timers, Instant::now());
+                }
+            }
+        }
+        error
+    }
+
     fn maybe_compact(&self, st: &mut State) {
         maybe_compact(&self.shared, st);
     }

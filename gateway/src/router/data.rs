@@ -248,6 +248,29 @@ impl Router {
                 }
             }
         }
+        // Idempotent batches carry the cluster's own producer id.
+        for (c, items) in upstream.iter_mut() {
+            let cluster = self.cluster(c);
+            let mut kept = Vec::with_capacity(items.len());
+            for mut item in items.drain(..) {
+                if let Some(records) = item.data.take() {
+                    match self.producers.rewrite(cluster, records).await {
+                        Ok(records) => item.data = Some(records),
+                        Err(e) => {
+                            tracing::debug!(cluster = %c, error = %e, "no upstream producer id");
+                            let mut answer = produce_error(item.partition, upstream_code(&e));
+                            if head.version >= 8 {
+                                answer.error_message = Some(StrBytes::from_string(e.to_string()));
+                            }
+                            answers.insert((item.client, item.partition), answer);
+                            continue;
+                        }
+                    }
+                }
+                kept.push(item);
+            }
+            *items = kept;
+        }
         let local = (!local_topics.is_empty()).then(|| {
             let sub = ProduceRequest::default()
                 .with_transactional_id(transactional_id)

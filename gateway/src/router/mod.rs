@@ -21,6 +21,7 @@
 //! to the local broker.
 
 mod data;
+mod producers;
 pub mod session;
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,6 +43,7 @@ use strait_upstream::Cluster;
 use crate::broker::{Broker, Reply, NODE_ID};
 use crate::codec::Request;
 use crate::error::{kafka_code, Failure};
+use producers::UpstreamProducers;
 use session::{Session, Ticket};
 
 /// The gateway's request handler: the local broker alone, or the local
@@ -51,6 +53,8 @@ pub struct Router {
     broker: Arc<Broker>,
     routes: Routes,
     upstreams: BTreeMap<String, Cluster>,
+    /// Each client producer's producer id on each cluster.
+    producers: UpstreamProducers,
     /// Whether any route leads to an upstream (else every request goes to
     /// the local broker as it is).
     routing: bool,
@@ -137,6 +141,7 @@ impl Router {
             broker,
             routes,
             upstreams,
+            producers: UpstreamProducers::default(),
             routing,
         }
     }
