@@ -336,3 +336,114 @@ fn a_java_producer_writes_to_two_clusters_and_a_local_topic_under_one_producer_i
         assert!(*ids.first().unwrap() >= 0, "{cluster}: {ids:?}");
     }
 }
+
+/// The committed offsets of `group` on `topic`, read on `bootstrap` as an
+/// ordinary lag tool reads them (OffsetFetch).
+fn committed(bootstrap: &str, group: &str, topic: &str) -> BTreeMap<String, Option<u64>> {
+    let out = run_client(
+        "ck_admin.py",
+        &[
+            "--bootstrap",
+            bootstrap,
+            "committed",
+            "--topic",
+            topic,
+            "--group",
+            group,
+        ],
+    );
+    out["committed"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{out}"))
+        .iter()
+        .map(|(p, o)| (p.clone(), o.as_u64()))
+        .collect()
+}
+
+#[test]
+fn a_group_spans_two_clusters_and_local_topics_and_commits_where_the_data_lives() {
+    let dc1 = Tansu::start();
+    let dc2 = Tansu::start_with(&["--cluster-id", "dc2"]);
+    support::create_topic("ck_admin.py", &dc1.bootstrap(), "orders", 2);
+    support::create_topic("ck_admin.py", &dc2.bootstrap(), "legacy-v2", 2);
+    let (strait, _dir) = routed_strait(&dc1.bootstrap(), &dc2.bootstrap());
+    let b = strait.bootstrap();
+    support::create_topic("ck_admin.py", &b, "local-orders", 2);
+    let topics = ["dc1.orders", "legacy", "local-orders"];
+    for topic in topics {
+        produce("ck_produce.py", &b, topic, 60, &[]);
+    }
+    // Two members of one group coordinated by Strait, subscribed to all
+    // three, commit as they go.
+    let group_args = |expect: &'static str| {
+        vec![
+            "--bootstrap".to_owned(),
+            b.clone(),
+            "--topic".to_owned(),
+            topics.join(","),
+            "--group".to_owned(),
+            "span".to_owned(),
+            "--members".to_owned(),
+            "2".to_owned(),
+            "--commit".to_owned(),
+            "--expect".to_owned(),
+            expect.to_owned(),
+            "--linger".to_owned(),
+            "2".to_owned(),
+        ]
+    };
+    let args = group_args("180");
+    let out = run_client(
+        "ck_consume.py",
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert_eq!(out["records"].as_u64(), Some(180), "{out}");
+    let members = out["by_member"].as_object().unwrap();
+    assert!(
+        members.values().all(|n| n.as_u64().unwrap_or(0) > 0),
+        "both members consumed: {out}"
+    );
+    let through: u64 = out["committed"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|o| {
+            o.as_u64()
+                .unwrap_or_else(|| panic!("a partition without a commit: {out}"))
+        })
+        .sum();
+    assert_eq!(through, 180, "{out}");
+
+    // The upstream clusters hold the group's offsets of their topics, under
+    // their own names, for their own lag tools.
+    let on_dc1 = committed(&dc1.bootstrap(), "span", "orders");
+    assert_eq!(
+        on_dc1.values().map(|o| o.unwrap_or(0)).sum::<u64>(),
+        60,
+        "{on_dc1:?}"
+    );
+    let on_dc2 = committed(&dc2.bootstrap(), "span", "legacy-v2");
+    assert_eq!(
+        on_dc2.values().map(|o| o.unwrap_or(0)).sum::<u64>(),
+        60,
+        "{on_dc2:?}"
+    );
+    let local = committed(&b, "span", "local-orders");
+    assert_eq!(
+        local.values().map(|o| o.unwrap_or(0)).sum::<u64>(),
+        60,
+        "{local:?}"
+    );
+
+    // The group resumes from its commits: only the new records come.
+    for topic in topics {
+        produce("ck_produce.py", &b, topic, 10, &["--start", "60"]);
+    }
+    let args = group_args("30");
+    let out = run_client(
+        "ck_consume.py",
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert_eq!(out["records"].as_u64(), Some(30), "{out}");
+    assert_eq!(out["duplicates"].as_u64(), Some(0), "{out}");
+}

@@ -6,6 +6,7 @@
   ck_admin.py --bootstrap B delete   --topic T
   ck_admin.py --bootstrap B grow     --topic T --partitions N   (CreatePartitions: N in total)
   ck_admin.py --bootstrap B offsets  --topic T      (ListOffsets earliest + latest)
+  ck_admin.py --bootstrap B committed --topic T --group G   (OffsetFetch, as lag tools read it)
 
 Prints one JSON line:
   create:   {"op": "create", "topic": T, "ok": bool, "error": null | "TOPIC_ALREADY_EXISTS: ..."}
@@ -18,6 +19,7 @@ Prints one JSON line:
   delete:   {"op": "delete", "topic": T, "ok": bool, "error": null | "..."}
   grow:     {"op": "grow", "topic": T, "ok": bool, "error": null | "..."}
   offsets:  {"op": "offsets", "topic": T, "earliest": {"p": o}, "latest": {"p": o}, "error": null | "..."}
+  committed: {"op": "committed", "topic": T, "group": G, "committed": {"p": o | null}, "error": null | "..."}
 
 Exit 1 (JSON still printed) when the operation failed (unless --allow-error).
 """
@@ -44,8 +46,9 @@ def err_text(e):
 def main(t0):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("op", choices=["create", "describe", "delete", "offsets", "grow"])
+    ap.add_argument("op", choices=["create", "describe", "delete", "offsets", "grow", "committed"])
     ap.add_argument("--topic")
+    ap.add_argument("--group", help="group id for committed")
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--replication-factor", type=int, default=1)
     ap.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
@@ -123,6 +126,23 @@ def main(t0):
                 req = {TopicPartition(a.topic, p): spec for p in t.partitions}
                 for tp, fut in admin.list_offsets(req, request_timeout=a.timeout).items():
                     result[key][str(tp.partition)] = fut.result().offset
+        except Exception as e:  # noqa: BLE001
+            result["error"] = err_text(e)
+
+    elif a.op == "committed":
+        from confluent_kafka import ConsumerGroupTopicPartitions
+        result["group"], result["committed"] = a.group, {}
+        try:
+            md = admin.list_topics(a.topic, timeout=a.timeout)
+            t = md.topics[a.topic]
+            if t.error is not None:
+                raise KafkaException(t.error)
+            want = ConsumerGroupTopicPartitions(a.group, [TopicPartition(a.topic, p) for p in t.partitions])
+            answer = admin.list_consumer_group_offsets([want], request_timeout=a.timeout)[a.group].result()
+            for tp in answer.topic_partitions:
+                if tp.error is not None:
+                    raise KafkaException(tp.error)
+                result["committed"][str(tp.partition)] = tp.offset if tp.offset >= 0 else None
         except Exception as e:  # noqa: BLE001
             result["error"] = err_text(e)
 

@@ -20,6 +20,9 @@ Then prints:
 --assign: no group; one consumer assigns all partitions from offset 0 (no
 commits; "committed" stays {}).
 
+--topic takes a comma-separated list: the group subscribes to all of them,
+and partitions are then named "topic:p" in the JSON.
+
 Exit 1 (JSON still printed) when fewer than N records were seen in time.
 """
 
@@ -54,6 +57,10 @@ def main(t0):
     elif not a.group:
         ap.error("--group is required unless --assign")
     extra = parse_kv(a.extra)
+    topics = a.topic.split(",")
+
+    def pkey(topic, partition):
+        return partition if len(topics) == 1 else "%s:%d" % (topic, partition)
 
     lock = threading.Lock()
     seen = {}  # (partition, offset) -> (key, value)
@@ -78,12 +85,12 @@ def main(t0):
         conf.update(extra)
         c = Consumer(conf)
         consumers.append(c)
-        consumed = {}  # partition -> next offset to commit
+        consumed = {}  # (topic, partition) -> next offset to commit
         mine = OrderCheck()
 
         def commit_consumed(parts=None):
-            offs = [TopicPartition(a.topic, p, o) for p, o in consumed.items()
-                    if parts is None or p in parts]
+            offs = [TopicPartition(t, p, o) for (t, p), o in consumed.items()
+                    if parts is None or (t, p) in parts]
             if a.commit and offs:
                 try:
                     c.commit(offsets=offs, asynchronous=False)
@@ -92,10 +99,10 @@ def main(t0):
                         errors.append("commit: %s" % e)
 
         def on_assign(_c, parts):
-            mine.assign(tp.partition for tp in parts)
+            mine.assign(pkey(tp.topic, tp.partition) for tp in parts)
 
         def on_revoke(_c, parts):
-            ps = {tp.partition for tp in parts}
+            ps = {(tp.topic, tp.partition) for tp in parts}
             commit_consumed(ps)
             for p in ps:
                 consumed.pop(p, None)
@@ -108,7 +115,7 @@ def main(t0):
                     errors.append("no partitions for %s: %s" % (a.topic, md.topics.get(a.topic) and md.topics[a.topic].error))
             c.assign([TopicPartition(a.topic, p, OFFSET_BEGINNING) for p in parts])
         else:
-            c.subscribe([a.topic], on_assign=on_assign, on_revoke=on_revoke)
+            c.subscribe(topics, on_assign=on_assign, on_revoke=on_revoke)
         count = 0
         while not done.is_set():
             msg = c.poll(0.2)
@@ -118,9 +125,9 @@ def main(t0):
                 with lock:
                     errors.append("%s: %s" % (msg.error().name(), msg.error().str()))
                 continue
-            part, off = msg.partition(), msg.offset()
+            part, off = pkey(msg.topic(), msg.partition()), msg.offset()
             mine.see(part, off)
-            consumed[part] = off + 1
+            consumed[(msg.topic(), msg.partition())] = off + 1
             count += 1
             with lock:
                 received[0] += 1
@@ -153,10 +160,11 @@ def main(t0):
     if consumers and not a.assign:
         c = consumers[0]
         try:
-            md = c.list_topics(a.topic, timeout=10)
-            parts = sorted(md.topics[a.topic].partitions) if a.topic in md.topics else []
-            for tp in c.committed([TopicPartition(a.topic, p) for p in parts], timeout=10):
-                committed[str(tp.partition)] = tp.offset if tp.offset >= 0 else None
+            for topic in topics:
+                md = c.list_topics(topic, timeout=10)
+                parts = sorted(md.topics[topic].partitions) if topic in md.topics else []
+                for tp in c.committed([TopicPartition(topic, p) for p in parts], timeout=10):
+                    committed[str(pkey(topic, tp.partition))] = tp.offset if tp.offset >= 0 else None
         except KafkaException as e:
             errors.append("committed: %s" % e)
     for c in consumers:

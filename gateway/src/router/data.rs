@@ -23,7 +23,7 @@ use strait_upstream::{Answer, Cluster, Connection, Throttled, UpstreamError};
 use tokio::time::Instant;
 
 use super::session::Session;
-use super::{upstream_code, Head, Pending, Place, Router};
+use super::{name, upstream_code, Head, Pending, Place, Router};
 use crate::broker::Reply;
 
 /// How often a partition's request is sent again after its leader moved
@@ -55,10 +55,6 @@ type FetchPart<'a> = std::pin::Pin<Box<dyn Future<Output = Vec<FetchableTopicRes
 
 /// A partition's answer, by the client's topic name and partition.
 type Answers<A> = HashMap<(String, i32), A>;
-
-fn name(value: &str) -> TopicName {
-    TopicName(StrBytes::from_string(value.to_owned()))
-}
 
 /// One request of an attempt, handed to a leader's connection: the items
 /// it carries and its answer to come (or why it could not be sent).

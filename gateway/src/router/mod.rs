@@ -21,6 +21,7 @@
 //! to the local broker.
 
 mod data;
+mod offsets;
 mod producers;
 pub mod session;
 
@@ -83,6 +84,11 @@ struct LocalCall<'a> {
 }
 
 impl LocalCall<'_> {
+    /// Waits until the connection's earlier local parts are done.
+    async fn wait(&self) {
+        self.ticket.wait().await;
+    }
+
     /// The local broker's reply to `body`, once the connection's earlier
     /// local parts are done.
     async fn reply(self, body: RequestKind) -> Reply {
@@ -209,6 +215,8 @@ impl Router {
             RequestKind::Produce(req) => self.produce(session, head, req).await,
             RequestKind::Fetch(req) => self.fetch(session, head, req).await,
             RequestKind::ListOffsets(req) => self.list_offsets(session, head, req).await,
+            RequestKind::OffsetCommit(req) => self.offset_commit(session, head, req),
+            RequestKind::OffsetFetch(req) => self.offset_fetch(session, head, req),
             RequestKind::CreateTopics(req) => {
                 let local = self.local(session, &head);
                 Box::pin(self.create_topics(req, local))
@@ -449,6 +457,11 @@ fn upstream_topic(client: &str, topic: &strait_upstream::TopicMetadata) -> Metad
         .with_name(Some(TopicName(StrBytes::from_string(client.to_owned()))))
         .with_is_internal(topic.internal)
         .with_partitions(partitions)
+}
+
+/// A topic name for a request or response.
+fn name(value: &str) -> TopicName {
+    TopicName(StrBytes::from_string(value.to_owned()))
 }
 
 fn error_topic(name: &str, code: ResponseError) -> MetadataResponseTopic {
