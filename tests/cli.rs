@@ -299,35 +299,6 @@ fn serve_names_the_key_of_a_listen_address_in_use_and_the_os_error_once() {
 }
 
 #[test]
-fn serve_refuses_delegated_groups_it_does_not_serve_yet_but_check_accepts_them() {
-    let data = tempfile::tempdir().unwrap();
-    let file = data.path().join("strait.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            "data_dir: {}\nclusters:\n  dc1: {{ bootstrap: [\"127.0.0.1:1\"] }}\nroutes:\n  - {{ prefix: dc1., to: dc1, strip_prefix: true }}\n  - {{ regex: \".*\", to: local }}\ngroups:\n  - {{ prefix: dc1-, to: dc1 }}\n",
-            data.path().join("data").display()
-        ),
-    )
-    .unwrap();
-    let out = strait(&["check", "--config", file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stdout).contains("strip_prefix: true"),
-        "{}",
-        text(&out.stdout)
-    );
-    let (error, _) = serve_fails(&["--config", file.to_str().unwrap()], None);
-    assert!(
-        error.starts_with(&format!(
-            "{}: groups: delegating consumer groups to an upstream cluster (`to: dc1`) is not served",
-            file.display()
-        )),
-        "{error}"
-    );
-}
-
-#[test]
 fn serve_names_the_key_of_an_address_that_does_not_parse() {
     let data = tempfile::tempdir().unwrap();
     let dir = data.path().to_str().unwrap();

@@ -447,3 +447,124 @@ fn a_group_spans_two_clusters_and_local_topics_and_commits_where_the_data_lives(
     assert_eq!(out["records"].as_u64(), Some(30), "{out}");
     assert_eq!(out["duplicates"].as_u64(), Some(0), "{out}");
 }
+
+/// A Strait whose `legacy` topic is `legacy-v2` on `dc2` and whose `dc2-`
+/// groups `dc2` coordinates.
+fn delegating_strait(dc2: &str) -> (Strait, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("strait.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"clusters:
+  dc2: {{ bootstrap: ["{dc2}"] }}
+routes:
+  - {{ exact: legacy, to: dc2, as: legacy-v2 }}
+  - {{ regex: ".*", to: local }}
+groups:
+  - {{ prefix: "dc2-", to: dc2 }}
+"#
+        ),
+    )
+    .unwrap();
+    (Strait::start(&["--config", path.to_str().unwrap()]), dir)
+}
+
+#[test]
+fn a_delegated_group_is_run_by_its_cluster_and_served_by_two_straits() {
+    // dc2 is a `strait serve`: Tansu's DescribeGroups lists no members.
+    let dc2 = Strait::start(&[]);
+    support::create_topic("ck_admin.py", &dc2.bootstrap(), "legacy-v2", 4);
+    let (one, _d1) = delegating_strait(&dc2.bootstrap());
+    let (two, _d2) = delegating_strait(&dc2.bootstrap());
+    // One member through each Strait; each reads until a while after its
+    // first record.
+    let member = |strait: &Strait| {
+        support::spawn_client(
+            "ck_consume.py",
+            &[
+                "--bootstrap",
+                &strait.bootstrap(),
+                "--topic",
+                "legacy",
+                "--group",
+                "dc2-shared",
+                "--commit",
+                "--expect",
+                "1",
+                "--linger",
+                "10",
+                "--records",
+                "--timeout",
+                "90",
+            ],
+        )
+    };
+    let mut first = member(&one);
+    let mut second = member(&two);
+    // One group of two members on dc2, each with its share, in the
+    // clients' topic name.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let described = loop {
+        let out = support::try_client(
+            "ck_admin.py",
+            &["--bootstrap", &one.bootstrap(), "group", "--group", "dc2-shared"],
+        );
+        let json = out.json.clone().unwrap_or_default();
+        let members = json["members"].as_array().cloned().unwrap_or_default();
+        if members.len() == 2
+            && members
+                .iter()
+                .all(|m| !m["assignment"].as_array().unwrap().is_empty())
+        {
+            break json;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the group did not settle with two members: {}\n{}\n{}",
+            out.describe(),
+            first.describe(),
+            second.describe()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let mut assigned: Vec<String> = described["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| {
+            m["assignment"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_owned())
+        })
+        .collect();
+    assigned.sort();
+    assert_eq!(
+        assigned,
+        vec!["legacy:0", "legacy:1", "legacy:2", "legacy:3"],
+        "{described}"
+    );
+
+    produce("ck_produce.py", &one.bootstrap(), "legacy", 200, &[]);
+    let mut seen = BTreeSet::new();
+    for (name, m) in [("first", &mut first), ("second", &mut second)] {
+        let status = m.wait(Duration::from_secs(90));
+        assert!(status.is_some_and(|s| s.success()), "{name}: {}", m.describe());
+        let out: Value = serde_json::from_str(m.lines().last().unwrap()).unwrap();
+        let records = out["records_list"].as_array().unwrap();
+        assert!(!records.is_empty(), "{name} consumed nothing: {out}");
+        for r in records {
+            assert!(seen.insert((r[0].as_u64(), r[1].as_u64())), "read twice: {r}");
+        }
+    }
+    assert_eq!(seen.len(), 200);
+    // The commits are dc2's, under its topic name.
+    let on_dc2 = committed(&dc2.bootstrap(), "dc2-shared", "legacy-v2");
+    assert_eq!(
+        on_dc2.values().map(|o| o.unwrap_or(0)).sum::<u64>(),
+        200,
+        "{on_dc2:?}"
+    );
+}

@@ -276,6 +276,14 @@ impl GroupRoutes {
             .find(|(m, _)| m.matches(group))
             .map_or(LOCAL, |(_, to)| to)
     }
+
+    /// Every cluster some group route delegates to, once each.
+    pub fn clusters(&self) -> impl Iterator<Item = &str> {
+        let mut clusters: Vec<&str> = self.routes.iter().filter_map(|(_, to)| to.cluster()).collect();
+        clusters.sort_unstable();
+        clusters.dedup();
+        clusters.into_iter()
+    }
 }
 
 /// The one matcher of an entry, checked: exactly one of `prefix`, `regex`

@@ -122,6 +122,8 @@ pub enum Failure<'a> {
     OffsetLog(&'a SpoolError),
     /// Forwarding to an upstream cluster.
     Upstream(&'a strait_upstream::UpstreamError),
+    /// Forwarding a delegated group's request to its upstream coordinator.
+    Coordinator(&'a strait_upstream::UpstreamError),
 }
 
 /// The Kafka error code for an internal error: the only place where the
@@ -176,6 +178,13 @@ pub fn kafka_code(failure: Failure<'_>) -> ResponseError {
                 U::Malformed { .. } | U::Encode { .. } => ResponseError::UnknownServerError,
             }
         }
+        // Trouble reaching a group's coordinator sends the client looking
+        // for it again (to Strait), and Strait to the upstream's.
+        Failure::Coordinator(e) => match e.code() {
+            Some(code) => code,
+            None if e.is_retriable() => ResponseError::CoordinatorNotAvailable,
+            None => kafka_code(Failure::Upstream(e)),
+        },
     }
 }
 

@@ -168,27 +168,6 @@ pub struct Strait {
     options: ServerOptions,
 }
 
-/// `groups:` that delegate groups to an upstream cluster are not served
-/// yet: rather than coordinate such groups itself, Strait refuses to start.
-fn refuse_routes(config: &Config) -> Result<(), StartError> {
-    let effective = config.effective();
-    if let Some(g) = effective
-        .groups
-        .iter()
-        .find(|g| g.to != strait_config::cluster::RESERVED_CLUSTER)
-    {
-        return Err(StartError::Config {
-            key: "groups",
-            message: format!(
-                "delegating consumer groups to an upstream cluster (`to: {}`) is not served by \
-                 this version yet (`strait check` already validates it); route groups `to: local`",
-                g.to
-            ),
-        });
-    }
-    Ok(())
-}
-
 /// A handle on each upstream cluster of `config`, by name. Nothing is
 /// contacted until first use.
 pub fn upstream_clusters(config: &Config) -> BTreeMap<String, Cluster> {
@@ -215,7 +194,6 @@ impl Strait {
     /// Opens the data directory (running crash recovery on every partition)
     /// and binds the listener.
     pub async fn start(config: &Config) -> Result<Strait, StartError> {
-        refuse_routes(config)?;
         let data_dir = config.data_dir.clone();
         prepare_data_dir(&data_dir)?;
         let cluster_id = cluster_id(&data_dir).map_err(|error| StartError::DataDir {
@@ -321,7 +299,12 @@ impl Strait {
         // log before it (a test relies on that).
         tracing::info!(listen = %bound, data_dir = %data_dir.display(), topics = broker.topics().all().len(), "Strait is ready");
         let listener = socket.listen(LISTEN_BACKLOG).map_err(bind_error)?;
-        let router = Router::new(Arc::new(broker), config.routes(), upstream_clusters(config));
+        let router = Router::new(
+            Arc::new(broker),
+            config.routes(),
+            config.group_routes(),
+            upstream_clusters(config),
+        );
         Ok(Strait {
             router: Arc::new(router),
             pool,

@@ -7,6 +7,7 @@
   ck_admin.py --bootstrap B grow     --topic T --partitions N   (CreatePartitions: N in total)
   ck_admin.py --bootstrap B offsets  --topic T      (ListOffsets earliest + latest)
   ck_admin.py --bootstrap B committed --topic T --group G   (OffsetFetch, as lag tools read it)
+  ck_admin.py --bootstrap B group --group G          (DescribeGroups)
 
 Prints one JSON line:
   create:   {"op": "create", "topic": T, "ok": bool, "error": null | "TOPIC_ALREADY_EXISTS: ..."}
@@ -20,6 +21,8 @@ Prints one JSON line:
   grow:     {"op": "grow", "topic": T, "ok": bool, "error": null | "..."}
   offsets:  {"op": "offsets", "topic": T, "earliest": {"p": o}, "latest": {"p": o}, "error": null | "..."}
   committed: {"op": "committed", "topic": T, "group": G, "committed": {"p": o | null}, "error": null | "..."}
+  group:    {"op": "group", "group": G, "state": "STABLE" | ..., "members": [{"client_id": c,
+             "assignment": ["topic:p", ...]}], "error": null | "..."}
 
 Exit 1 (JSON still printed) when the operation failed (unless --allow-error).
 """
@@ -46,7 +49,7 @@ def err_text(e):
 def main(t0):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("op", choices=["create", "describe", "delete", "offsets", "grow", "committed"])
+    ap.add_argument("op", choices=["create", "describe", "delete", "offsets", "grow", "committed", "group"])
     ap.add_argument("--topic")
     ap.add_argument("--group", help="group id for committed")
     ap.add_argument("--partitions", type=int, default=8)
@@ -58,8 +61,10 @@ def main(t0):
     ap.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                     help="extra librdkafka property (repeatable)")
     a = ap.parse_args()
-    if a.op != "describe" and not a.topic:
+    if a.op not in ("describe", "group") and not a.topic:
         ap.error("%s needs --topic" % a.op)
+    if a.op in ("committed", "group") and not a.group:
+        ap.error("%s needs --group" % a.op)
 
     # Metadata must not create the topic it describes (Tansu auto-creates).
     conf = {"bootstrap.servers": a.bootstrap, "client.id": "ck_admin", "allow.auto.create.topics": False}
@@ -143,6 +148,20 @@ def main(t0):
                 if tp.error is not None:
                     raise KafkaException(tp.error)
                 result["committed"][str(tp.partition)] = tp.offset if tp.offset >= 0 else None
+        except Exception as e:  # noqa: BLE001
+            result["error"] = err_text(e)
+
+    elif a.op == "group":
+        result["group"], result["members"], result["state"] = a.group, [], None
+        try:
+            d = admin.describe_consumer_groups([a.group], request_timeout=a.timeout)[a.group].result()
+            result["state"] = d.state.name
+            for m in d.members:
+                parts = m.assignment.topic_partitions if m.assignment else []
+                result["members"].append({
+                    "client_id": m.client_id,
+                    "assignment": sorted("%s:%d" % (tp.topic, tp.partition) for tp in parts),
+                })
         except Exception as e:  # noqa: BLE001
             result["error"] = err_text(e)
 

@@ -216,6 +216,11 @@ impl Cluster {
     /// backoff, fails at once with that connection's error.
     pub async fn open(&self, node: i32) -> Result<Connection> {
         let addr = self.broker_addr(node).await?;
+        self.open_at(node, &addr).await
+    }
+
+    /// [`Cluster::open`] for broker `node` at `addr`.
+    async fn open_at(&self, node: i32, addr: &str) -> Result<Connection> {
         let slot = self
             .inner
             .brokers
@@ -233,7 +238,7 @@ impl Cluster {
             }
         }
         let label = format!("{} broker {node} at {addr}", self.inner.name);
-        Connection::connect(label, &addr, &self.inner.options.connect)
+        Connection::connect(label, addr, &self.inner.options.connect)
             .await
             .inspect_err(|_| self.invalidate())
     }
@@ -344,6 +349,21 @@ impl Cluster {
 
     /// The connection to the coordinator of consumer group `group`.
     pub async fn coordinator(&self, group: &str) -> Result<Connection> {
+        let (node, addr) = self.coordinator_of(group).await?;
+        self.connect(node, Lane::Default, addr).await
+    }
+
+    /// A new connection to the coordinator of `group` that no one else
+    /// shares, and the coordinator's node id: for a client's group
+    /// requests, which a coordinator may hold for a whole rebalance.
+    pub async fn open_coordinator(&self, group: &str) -> Result<(i32, Connection)> {
+        let (node, addr) = self.coordinator_of(group).await?;
+        Ok((node, self.open_at(node, &addr).await?))
+    }
+
+    /// The node id and address of `group`'s coordinator, remembered from
+    /// the last FindCoordinator until [`Cluster::forget_coordinator`].
+    pub async fn coordinator_of(&self, group: &str) -> Result<(i32, String)> {
         let known = self
             .inner
             .coordinators
@@ -351,19 +371,16 @@ impl Cluster {
             .expect("coordinators lock")
             .get(group)
             .cloned();
-        let (node, addr) = match known {
-            Some(found) => found,
-            None => {
-                let found = self.find_coordinator(group).await?;
-                self.inner
-                    .coordinators
-                    .lock()
-                    .expect("coordinators lock")
-                    .insert(group.to_owned(), found.clone());
-                found
-            }
-        };
-        self.connect(node, Lane::Default, addr).await
+        if let Some(found) = known {
+            return Ok(found);
+        }
+        let found = self.find_coordinator(group).await?;
+        self.inner
+            .coordinators
+            .lock()
+            .expect("coordinators lock")
+            .insert(group.to_owned(), found.clone());
+        Ok(found)
     }
 
     /// Forgets a group's coordinator (after NOT_COORDINATOR and the like),

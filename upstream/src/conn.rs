@@ -360,8 +360,15 @@ where
     /// Waits for the answer (at most the request timeout; past it the
     /// connection is closed) and decodes it.
     pub async fn answer(self) -> Result<R::Response> {
+        self.answer_after(Duration::ZERO).await
+    }
+
+    /// [`Answer::answer`] for a request the broker may hold for `wait`
+    /// before it answers (a JoinGroup, for its rebalance timeout): waits
+    /// that much longer than the request timeout.
+    pub async fn answer_after(self, wait: Duration) -> Result<R::Response> {
         let shared = &self.connection.shared;
-        let timeout = shared.request_timeout;
+        let timeout = shared.request_timeout.saturating_add(wait);
         let frame = match tokio::time::timeout(timeout, self.answer).await {
             Ok(Ok(frame)) => frame?,
             Ok(Err(_)) => return Err(self.connection.failure()),

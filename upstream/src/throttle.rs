@@ -42,4 +42,5 @@ throttled!(
     DescribeConfigsResponse,
     CreatePartitionsResponse,
     DescribeClusterResponse,
+    DeleteGroupsResponse,
 );

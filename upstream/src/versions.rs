@@ -35,6 +35,7 @@ pub const CLIENT: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::DeleteGroups, 0, 2),
 ];
 
 /// The version chosen per API for one connection.

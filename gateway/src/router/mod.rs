@@ -20,7 +20,9 @@
 //! With the default routes (everything local) every request goes straight
 //! to the local broker.
 
+mod consumer_protocol;
 mod data;
+mod delegated;
 mod offsets;
 mod producers;
 pub mod session;
@@ -38,7 +40,7 @@ use kafka_protocol::messages::metadata_response::{MetadataResponsePartition, Met
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use strait_config::{Destination, Routes};
+use strait_config::{Destination, GroupRoutes, Routes};
 use strait_upstream::Cluster;
 
 use crate::broker::{Broker, Reply, NODE_ID};
@@ -53,6 +55,7 @@ use session::{Session, Ticket};
 pub struct Router {
     broker: Arc<Broker>,
     routes: Routes,
+    groups: GroupRoutes,
     upstreams: BTreeMap<String, Cluster>,
     /// Each client producer's producer id on each cluster.
     producers: UpstreamProducers,
@@ -109,6 +112,14 @@ impl LocalCall<'_> {
         self.broker.handle(request, self.peer).await
     }
 
+    /// [`LocalCall::reply`] as a request's whole answer to come.
+    fn reply_boxed<'b>(self, body: RequestKind) -> Pending<'b>
+    where
+        Self: 'b,
+    {
+        Box::pin(self.reply(body))
+    }
+
     /// The local broker's answer to `body`, which must be of the kind
     /// `pick` takes.
     async fn answer<T>(self, body: RequestKind, pick: impl FnOnce(ResponseKind) -> Option<T>) -> Option<T> {
@@ -133,19 +144,29 @@ enum Place {
 impl Router {
     /// A router over `broker` and the `upstreams` the routes name (by
     /// cluster name; every cluster a route points to must be there).
-    pub fn new(broker: Arc<Broker>, routes: Routes, upstreams: BTreeMap<String, Cluster>) -> Router {
-        let routing = routes.destinations().iter().any(|d| d.cluster().is_some());
-        for d in routes.destinations() {
-            if let Some(c) = d.cluster() {
-                assert!(
-                    upstreams.contains_key(c),
-                    "route to cluster {c}, which was not given"
-                );
-            }
+    pub fn new(
+        broker: Arc<Broker>,
+        routes: Routes,
+        groups: GroupRoutes,
+        upstreams: BTreeMap<String, Cluster>,
+    ) -> Router {
+        let routing =
+            routes.destinations().iter().any(|d| d.cluster().is_some()) || groups.clusters().next().is_some();
+        for c in routes
+            .destinations()
+            .iter()
+            .filter_map(|d| d.cluster())
+            .chain(groups.clusters())
+        {
+            assert!(
+                upstreams.contains_key(c),
+                "route to cluster {c}, which was not given"
+            );
         }
         Router {
             broker,
             routes,
+            groups,
             upstreams,
             producers: UpstreamProducers::default(),
             routing,
@@ -215,16 +236,43 @@ impl Router {
             RequestKind::Produce(req) => self.produce(session, head, req).await,
             RequestKind::Fetch(req) => self.fetch(session, head, req).await,
             RequestKind::ListOffsets(req) => self.list_offsets(session, head, req).await,
-            RequestKind::OffsetCommit(req) => self.offset_commit(session, head, req),
+            RequestKind::JoinGroup(req) => match self.coordinated_by(req.group_id.as_str()) {
+                Some(cluster) => self.delegate_join(session, head, cluster, req).await,
+                None => self
+                    .local(session, &head)
+                    .reply_boxed(RequestKind::JoinGroup(req)),
+            },
+            RequestKind::SyncGroup(req) => match self.coordinated_by(req.group_id.as_str()) {
+                Some(cluster) => self.delegate_sync(session, head, cluster, req).await,
+                None => self
+                    .local(session, &head)
+                    .reply_boxed(RequestKind::SyncGroup(req)),
+            },
+            RequestKind::Heartbeat(req) => match self.coordinated_by(req.group_id.as_str()) {
+                Some(cluster) => self.delegate_heartbeat(session, head, cluster, req).await,
+                None => self
+                    .local(session, &head)
+                    .reply_boxed(RequestKind::Heartbeat(req)),
+            },
+            RequestKind::LeaveGroup(req) => match self.coordinated_by(req.group_id.as_str()) {
+                Some(cluster) => self.delegate_leave(session, head, cluster, req).await,
+                None => self
+                    .local(session, &head)
+                    .reply_boxed(RequestKind::LeaveGroup(req)),
+            },
+            RequestKind::OffsetCommit(req) => match self.coordinated_by(req.group_id.as_str()) {
+                Some(cluster) => self.delegate_commit(session, head, cluster, req).await,
+                None => self.offset_commit(session, head, req),
+            },
+            RequestKind::DescribeGroups(req) => self.describe_groups(session, head, req),
+            RequestKind::DeleteGroups(req) => self.delete_groups(session, head, req),
+            RequestKind::ListGroups(req) => self.list_groups(session, head, req),
             RequestKind::OffsetFetch(req) => self.offset_fetch(session, head, req),
             RequestKind::CreateTopics(req) => {
                 let local = self.local(session, &head);
                 Box::pin(self.create_topics(req, local))
             }
-            body => {
-                let local = self.local(session, &head);
-                Box::pin(local.reply(body))
-            }
+            body => self.local(session, &head).reply_boxed(body),
         }
     }
 

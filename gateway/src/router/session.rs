@@ -1,6 +1,6 @@
 //! What the router keeps per client connection: the order of its local
 //! work, and its own connections to upstream brokers for long-polling
-//! fetches.
+//! fetches and for delegated groups' coordinators.
 //!
 //! A connection's requests are started one after another (in the order
 //! they arrived) and then run concurrently. Upstream parts reach their
@@ -12,6 +12,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use strait_upstream::{Cluster, Connection, UpstreamError};
 use tokio::sync::Notify;
@@ -30,6 +31,12 @@ pub struct Session {
     next_ticket: u64,
     /// Fetch connections per (cluster, upstream node).
     fetch_lanes: HashMap<(String, i32), Vec<Connection>>,
+    /// Per (cluster, group) of a delegated group: the coordinator's node
+    /// and this client connection's own connection to it.
+    group_lanes: HashMap<(String, String), (i32, Connection)>,
+    /// Per delegated group: the last JoinGroup's rebalance timeout (how
+    /// long its SyncGroup may wait) and whether it joined as a consumer.
+    rebalances: HashMap<String, (Duration, bool)>,
 }
 
 /// The tickets of local parts that have not finished.
@@ -56,6 +63,8 @@ impl Session {
             order: Arc::default(),
             next_ticket: 0,
             fetch_lanes: HashMap::new(),
+            group_lanes: HashMap::new(),
+            rebalances: HashMap::new(),
         }
     }
 
@@ -104,6 +113,40 @@ impl Session {
     }
 }
 
+impl Session {
+    /// This client connection's own connection to the coordinator of the
+    /// delegated `group` on `cluster` (opened again when it failed or the
+    /// coordinator moved). The coordinator may hold a JoinGroup for a
+    /// whole rebalance, and handles a connection's requests in order, so
+    /// each client's group requests go on a connection of their own, in
+    /// the order the client sent them, as they would without Strait.
+    pub async fn group_lane(&mut self, cluster: &Cluster, group: &str) -> Result<Connection, UpstreamError> {
+        let (node, _) = cluster.coordinator_of(group).await?;
+        let key = (cluster.name().to_owned(), group.to_owned());
+        if let Some((at, connection)) = self.group_lanes.get(&key) {
+            if *at == node && !connection.is_failed() {
+                return Ok(connection.clone());
+            }
+        }
+        let (node, connection) = cluster.open_coordinator(group).await?;
+        self.group_lanes.insert(key, (node, connection.clone()));
+        Ok(connection)
+    }
+}
+
+impl Session {
+    /// Remembers a delegated group's JoinGroup: its rebalance timeout, and
+    /// whether it speaks the consumer protocol.
+    pub fn remember_rebalance(&mut self, group: &str, wait: Duration, consumer: bool) {
+        self.rebalances.insert(group.to_owned(), (wait, consumer));
+    }
+
+    /// What [`Session::remember_rebalance`] kept for `group`.
+    pub fn rebalance(&self, group: &str) -> Option<(Duration, bool)> {
+        self.rebalances.get(group).copied()
+    }
+}
+
 impl Ticket {
     /// Waits until every earlier ticket of the connection is gone.
     pub async fn wait(&self) {
@@ -140,7 +183,6 @@ impl Drop for Ticket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[tokio::test]
     async fn tickets_run_in_order_and_unused_ones_step_aside() {
