@@ -568,3 +568,132 @@ fn a_delegated_group_is_run_by_its_cluster_and_served_by_two_straits() {
         "{on_dc2:?}"
     );
 }
+
+/// `op` of ck_admin.py on `bootstrap` for `topic` (with `extra`), its JSON.
+fn admin(bootstrap: &str, op: &str, topic: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["--bootstrap", bootstrap, op, "--topic", topic];
+    args.extend_from_slice(extra);
+    support::try_client("ck_admin.py", &args)
+        .json
+        .unwrap_or_else(|| panic!("ck_admin {op} {topic} printed no JSON"))
+}
+
+#[test]
+fn topics_are_created_grown_described_and_deleted_where_their_route_points() {
+    // The upstream is a `strait serve`: Tansu has no CreatePartitions.
+    let upstream = Strait::start(&[]);
+    let (gateway, _dir) = in_front_of(&upstream.bootstrap());
+    let (b, u) = (gateway.bootstrap(), upstream.bootstrap());
+
+    let made = admin(&b, "create", "dc1.made", &["--partitions", "3"]);
+    assert_eq!(made["ok"], true, "{made}");
+    assert_eq!(
+        admin(&u, "describe", "made", &[])["topics"]["made"]["partitions"],
+        3
+    );
+    let again = admin(&b, "create", "dc1.made", &["--partitions", "3"]);
+    assert!(
+        again["error"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("TOPIC_ALREADY_EXISTS"),
+        "{again}"
+    );
+    let described = admin(&b, "describe", "dc1.made", &[]);
+    assert_eq!(described["topics"]["dc1.made"]["partitions"], 3, "{described}");
+    assert!(
+        described["configs"]
+            .as_object()
+            .is_some_and(|c| c.contains_key("retention.ms")),
+        "the upstream's topic configs: {described}"
+    );
+    assert_eq!(described["brokers"].as_array().unwrap().len(), 1, "{described}");
+    assert_eq!(described["brokers"][0]["port"], gateway.port(), "{described}");
+
+    let grown = admin(&b, "grow", "dc1.made", &["--partitions", "5"]);
+    assert_eq!(grown["ok"], true, "{grown}");
+    assert_eq!(
+        admin(&u, "describe", "made", &[])["topics"]["made"]["partitions"],
+        5
+    );
+    assert_eq!(
+        admin(&b, "describe", "dc1.made", &[])["topics"]["dc1.made"]["partitions"],
+        5
+    );
+
+    let deleted = admin(&b, "delete", "dc1.made", &[]);
+    assert_eq!(deleted["ok"], true, "{deleted}");
+    let gone = admin(&u, "describe", "made", &[]);
+    assert!(gone["topics"]["made"]["error"].is_string(), "{gone}");
+
+    // A local topic is made in the spool, not upstream.
+    assert_eq!(
+        admin(&b, "create", "local-made", &["--partitions", "2"])["ok"],
+        true
+    );
+    assert!(strait_created(&gateway, "local-made"));
+    let upstream_view = admin(&u, "describe", "local-made", &[]);
+    assert!(
+        upstream_view["topics"]["local-made"]["error"].is_string(),
+        "{upstream_view}"
+    );
+
+    // A producer's auto-creation happens where the route points.
+    produce("ck_produce.py", &b, "dc1.auto", 5, &[]);
+    assert_eq!(
+        admin(&u, "describe", "auto", &[])["topics"]["auto"]["partitions"],
+        1
+    );
+    assert!(!strait_created(&gateway, "dc1.auto"), "{}", gateway.log());
+}
+
+fn strait_created(strait: &Strait, topic: &str) -> bool {
+    strait.log_line(&["created topic", topic]).is_some()
+}
+
+#[test]
+fn leader_epochs_and_record_deletion_reach_the_upstream() {
+    let upstream = Strait::start(&[]);
+    support::create_topic("ck_admin.py", &upstream.bootstrap(), "epochs", 1);
+    let (gateway, _dir) = in_front_of(&upstream.bootstrap());
+    let mut c = raw::Conn::open(gateway.port(), "epochs");
+    for i in 0..3 {
+        let batch = build::batch(1_000 + i, &[b"x", b"y"]);
+        assert_eq!(c.produce("dc1.epochs", 0, &batch, 10_000), (0, 2 * i));
+    }
+    // The end of epoch 0 on the upstream: its log end.
+    let epochs = raw::offset_for_leader_epoch(&mut c, "dc1.epochs", 0, 0);
+    assert_eq!((epochs.error_code, epochs.end_offset), (0, 6), "{epochs:?}");
+
+    // DeleteRecords goes to the partition's leader: Tansu lists it, but its
+    // memory storage panics on it ("not yet implemented") and drops the
+    // connection, and `strait serve`'s spool keeps records until
+    // retention, so no peer here deletes. What the client sees is the
+    // upstream's failure as a retriable error, promptly, and the gateway
+    // goes on serving the topic.
+    let tansu = Tansu::start();
+    support::create_topic("ck_admin.py", &tansu.bootstrap(), "trimmed", 1);
+    let (front, _dir2) = in_front_of(&tansu.bootstrap());
+    produce(
+        "ck_produce.py",
+        &front.bootstrap(),
+        "dc1.trimmed",
+        10,
+        &["--partition", "0"],
+    );
+    let mut c = raw::Conn::open(front.port(), "trim");
+    let trimmed = raw::delete_records(&mut c, "dc1.trimmed", 0, 4);
+    assert_eq!(trimmed.error_code, 13, "NETWORK_EXCEPTION: {trimmed:?}");
+    produce(
+        "ck_produce.py",
+        &front.bootstrap(),
+        "dc1.trimmed",
+        5,
+        &["--partition", "0"],
+    );
+    assert_eq!(count(&dump(&front.bootstrap(), "dc1.trimmed", 15)), 15);
+    // A local topic's records are kept: refused.
+    support::create_topic("ck_admin.py", &front.bootstrap(), "local-kept", 1);
+    let kept = raw::delete_records(&mut c, "local-kept", 0, 1);
+    assert_eq!(kept.error_code, 44, "POLICY_VIOLATION: {kept:?}");
+}

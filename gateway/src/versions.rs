@@ -48,7 +48,12 @@ pub fn supported(api: ApiKey) -> Option<(i16, i16)> {
 /// ApiVersions version Strait does not speak: the client then retries with
 /// a version from the list (KIP-511).
 pub fn api_versions_response(error: Option<ResponseError>) -> ApiVersionsResponse {
-    let keys = SUPPORTED
+    api_versions_of(SUPPORTED, error)
+}
+
+/// The ApiVersions answer for `apis` (`(api, min, max)`).
+pub fn api_versions_of(apis: &[(ApiKey, i16, i16)], error: Option<ResponseError>) -> ApiVersionsResponse {
+    let keys = apis
         .iter()
         .map(|&(key, min, max)| {
             ApiVersion::default()

@@ -291,3 +291,53 @@ pub fn batch_headers(c: &mut Conn, topic: &str) -> Vec<strait_spool::batch::Batc
     }
     headers
 }
+
+/// OffsetForLeaderEpoch v4 for one partition: its answer.
+pub fn offset_for_leader_epoch(
+    c: &mut Conn,
+    topic: &str,
+    partition: i32,
+    leader_epoch: i32,
+) -> kafka_protocol::messages::offset_for_leader_epoch_response::EpochEndOffset {
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use kafka_protocol::messages::{BrokerId, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![OffsetForLeaderTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![OffsetForLeaderPartition::default()
+                .with_partition(partition)
+                .with_current_leader_epoch(-1)
+                .with_leader_epoch(leader_epoch)])]);
+    let (id, f) = c.frame(ApiKey::OffsetForLeaderEpoch, 4, 4, &req);
+    c.send_raw(&f);
+    let body = c.read(ApiKey::OffsetForLeaderEpoch, 4, id);
+    let response =
+        OffsetForLeaderEpochResponse::decode(&mut &body[..], 4).expect("OffsetForLeaderEpoch response");
+    response.topics[0].partitions[0].clone()
+}
+
+/// DeleteRecords v2 before `offset` in one partition: its answer.
+pub fn delete_records(
+    c: &mut Conn,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> kafka_protocol::messages::delete_records_response::DeleteRecordsPartitionResult {
+    use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+    use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+    let req = DeleteRecordsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![DeleteRecordsPartition::default()
+                .with_partition_index(partition)
+                .with_offset(offset)])]);
+    let (id, f) = c.frame(ApiKey::DeleteRecords, 2, 2, &req);
+    c.send_raw(&f);
+    let body = c.read(ApiKey::DeleteRecords, 2, id);
+    let response = DeleteRecordsResponse::decode(&mut &body[..], 2).expect("DeleteRecords response");
+    response.topics[0].partitions[0].clone()
+}

@@ -28,6 +28,7 @@ use crate::backoff::Backoff;
 use crate::conn::{ConnectOptions, Connection};
 use crate::error::{check, Result, UpstreamError};
 use crate::metadata::Metadata;
+use crate::versions::Versions;
 
 /// Settings of one cluster.
 #[derive(Debug, Clone)]
@@ -55,6 +56,8 @@ struct Inner {
     refreshing: tokio::sync::Mutex<()>,
     brokers: Mutex<Slots>,
     coordinators: Mutex<HashMap<String, (i32, String)>>,
+    /// The versions of the connection metadata was last read on.
+    versions: Mutex<Option<Versions>>,
 }
 
 /// Which of a broker's connections a request goes on. A broker handles a
@@ -93,6 +96,7 @@ impl Cluster {
                 refreshing: tokio::sync::Mutex::new(()),
                 brokers: Mutex::new(HashMap::new()),
                 coordinators: Mutex::new(HashMap::new()),
+                versions: Mutex::new(None),
             }),
         }
     }
@@ -181,7 +185,14 @@ impl Cluster {
         })
     }
 
+    /// The API versions Strait speaks with this cluster (those of the
+    /// connection its metadata was last read on), once it has been reached.
+    pub fn versions(&self) -> Option<Versions> {
+        self.inner.versions.lock().expect("versions lock").clone()
+    }
+
     async fn metadata_from(&self, connection: &Connection) -> Result<Metadata> {
+        *self.inner.versions.lock().expect("versions lock") = Some(connection.versions().clone());
         let version = connection.version(ApiKey::Metadata)?;
         let mut request = MetadataRequest::default().with_topics(None);
         if version >= 4 {

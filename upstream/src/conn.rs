@@ -167,6 +167,11 @@ impl Connection {
         &self.shared.broker
     }
 
+    /// The versions chosen for this connection, API by API.
+    pub fn versions(&self) -> &Versions {
+        &self.shared.versions
+    }
+
     /// The version requests of `api` are sent at on this connection.
     pub fn version(&self, api: ApiKey) -> Result<i16> {
         self.shared

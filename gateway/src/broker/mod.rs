@@ -128,6 +128,12 @@ impl Broker {
         self.stopping_flag.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Whether Metadata creates the topics it is asked for
+    /// (`broker.auto_create_topics`).
+    pub fn auto_creates_topics(&self) -> bool {
+        self.auto_create_topics
+    }
+
     /// The topic registry.
     pub fn topics(&self) -> &Topics {
         &self.topics

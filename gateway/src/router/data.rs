@@ -1,29 +1,38 @@
-//! Produce, Fetch and ListOffsets, split by destination and merged back.
+//! The per-partition requests, split by destination and by upstream
+//! leader and merged back: Produce, Fetch, ListOffsets,
+//! OffsetForLeaderEpoch, DeleteRecords.
 
-use std::any::Any;
-use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Request, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use strait_upstream::{Answer, Cluster, Connection, Throttled, UpstreamError};
 use tokio::time::Instant;
 
+use super::scatter::{by_topic, in_order, land, land_all, Item, Via};
 use super::session::Session;
-use super::{name, upstream_code, Head, Pending, Place, Router};
+use super::{name, upstream_code, Head, Pending, Router};
 use crate::broker::Reply;
 
 /// How often a partition's request is sent again after its leader moved
@@ -35,164 +44,12 @@ const ATTEMPTS: usize = 3;
 /// after it ends).
 const FETCH_GRACE: Duration = Duration::from_millis(500);
 
-/// How long a ListOffsets (which has no timeout of its own) retries
-/// partitions whose leader moved.
-const LIST_OFFSETS_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// One partition of a request bound for an upstream cluster.
-#[derive(Debug, Clone)]
-struct Item<T> {
-    /// The topic as the client named it.
-    client: String,
-    /// Its name on the cluster.
-    upstream: String,
-    partition: i32,
-    data: T,
-}
+/// How long a request without a timeout of its own (ListOffsets,
+/// OffsetForLeaderEpoch) retries partitions whose leader moved.
+const LEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One destination's part of a Fetch: its topics.
 type FetchPart<'a> = std::pin::Pin<Box<dyn Future<Output = Vec<FetchableTopicResponse>> + Send + 'a>>;
-
-/// A partition's answer, by the client's topic name and partition.
-type Answers<A> = HashMap<(String, i32), A>;
-
-/// One request of an attempt, handed to a leader's connection: the items
-/// it carries and its answer to come (or why it could not be sent).
-struct Flight<R: Request, T> {
-    node: i32,
-    group: Vec<Item<T>>,
-    answer: Result<Answer<R>, UpstreamError>,
-}
-
-/// Which connections a request goes on.
-enum Via<'s> {
-    /// The cluster's shared connection per broker.
-    Shared,
-    /// The client connection's own, for long-polling fetches.
-    Session(&'s mut Session),
-}
-
-impl Via<'_> {
-    async fn connection(&mut self, cluster: &Cluster, node: i32) -> Result<Connection, UpstreamError> {
-        match self {
-            Via::Shared => cluster.broker(node).await,
-            Via::Session(session) => session.fetch_lane(cluster, node).await,
-        }
-    }
-}
-
-/// The first half of sending `items` to their leaders on `cluster`: one
-/// request per leader, made by `build`, handed to its connection in order
-/// (so requests started one after another reach each broker in that
-/// order). Items whose leader is not known fail in their own flight.
-async fn launch<R, T>(
-    cluster: &Cluster,
-    items: Vec<Item<T>>,
-    via: &mut Via<'_>,
-    build: &impl Fn(&[Item<T>]) -> R,
-) -> Vec<Flight<R, T>>
-where
-    R: Request + Any,
-    R::Response: Throttled,
-{
-    let mut groups: BTreeMap<i32, Vec<Item<T>>> = BTreeMap::new();
-    let mut flights = Vec::new();
-    for item in items {
-        match cluster.leader_id(&item.upstream, item.partition).await {
-            Ok(node) => groups.entry(node).or_default().push(item),
-            Err(e) => flights.push(Flight {
-                node: -1,
-                group: vec![item],
-                answer: Err(e),
-            }),
-        }
-    }
-    for (node, group) in groups {
-        let answer = match via.connection(cluster, node).await {
-            Ok(connection) => connection.send(&build(&group)).await,
-            Err(e) => Err(e),
-        };
-        flights.push(Flight { node, group, answer });
-    }
-    flights
-}
-
-/// The second half: waits for the answers and gives each item its own
-/// (found with `find`, see [`settle`]). Items whose leader is unknown or
-/// moved are sent again on the shared connections after a metadata
-/// refresh, at most `attempts` times in all and not past `deadline`.
-async fn land<R, T, A>(
-    cluster: &Cluster,
-    mut flights: Vec<Flight<R, T>>,
-    attempts: usize,
-    deadline: Instant,
-    build: &impl Fn(&[Item<T>]) -> R,
-    find: &impl Fn(&mut R::Response, &Item<T>) -> Option<(A, i16)>,
-) -> Vec<(Item<T>, Result<A, UpstreamError>)>
-where
-    R: Request + Any,
-    R::Response: Throttled,
-{
-    let api = ApiKey::try_from(R::KEY).expect("kafka-protocol requests have known keys");
-    let mut done = Vec::new();
-    for attempt in 1..=attempts {
-        let answered = join_all(flights.into_iter().map(|flight| async move {
-            let answer = match flight.answer {
-                Ok(answer) => answer.answer().await,
-                Err(e) => Err(e),
-            };
-            settle(cluster, flight.node, api, flight.group, answer, find)
-        }))
-        .await;
-        let last = attempt == attempts || Instant::now() >= deadline;
-        let mut retry = Vec::new();
-        for (item, result) in answered.into_iter().flatten() {
-            match result {
-                Err(e) if !last && moved(&e) => {
-                    cluster.invalidate();
-                    retry.push(item);
-                }
-                other => {
-                    if other.as_ref().is_err_and(UpstreamError::wants_metadata_refresh) {
-                        cluster.invalidate();
-                    }
-                    done.push((item, other));
-                }
-            }
-        }
-        if retry.is_empty() {
-            break;
-        }
-        let pause = Duration::from_millis(50 * attempt as u64);
-        tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
-        flights = launch(cluster, retry, &mut Via::Shared, build).await;
-    }
-    done
-}
-
-/// Whether the request failed because its leader moved or is not known
-/// yet: worth sending again after a refresh, and safe to (nothing was
-/// written).
-fn moved(e: &UpstreamError) -> bool {
-    matches!(
-        e.code(),
-        Some(
-            ResponseError::NotLeaderOrFollower
-                | ResponseError::LeaderNotAvailable
-                | ResponseError::UnknownTopicOrPartition
-                | ResponseError::FencedLeaderEpoch
-        )
-    ) && !matches!(e, UpstreamError::Deadline { .. })
-}
-
-/// `Err` for a partition-level error code of an upstream answer.
-fn partition_result(cluster: &Cluster, item: &Item<impl Sized>, code: i16) -> Result<(), UpstreamError> {
-    strait_upstream::error::check(
-        cluster.name(),
-        || format!("{}-{}", item.upstream, item.partition),
-        code,
-    )
-}
 
 impl Router {
     pub(super) async fn produce<'a>(
@@ -208,44 +65,20 @@ impl Router {
             topic_data,
             ..
         } = req;
-        let order: Vec<(String, Vec<i32>)> = topic_data
-            .iter()
-            .map(|t| {
-                (
-                    t.name.to_string(),
-                    t.partition_data.iter().map(|p| p.index).collect(),
-                )
-            })
-            .collect();
-        let mut answers: Answers<PartitionProduceResponse> = HashMap::new();
-        let mut local_topics = Vec::new();
-        let mut upstream: BTreeMap<String, Vec<Item<Option<Bytes>>>> = BTreeMap::new();
-        for topic in topic_data {
-            let client = topic.name.to_string();
-            match self.place(&client) {
-                Place::Local => local_topics.push(topic),
-                Place::Nowhere => {
-                    for p in topic.partition_data {
-                        answers.insert(
-                            (client.clone(), p.index),
-                            produce_error(p.index, ResponseError::UnknownTopicOrPartition.code()),
-                        );
-                    }
-                }
-                Place::Upstream(cluster, name) => {
-                    for p in topic.partition_data {
-                        upstream.entry(cluster.clone()).or_default().push(Item {
-                            client: client.clone(),
-                            upstream: name.clone(),
-                            partition: p.index,
-                            data: p.records,
-                        });
-                    }
-                }
-            }
-        }
+        let mut split = self.split(
+            topic_data,
+            |t| t.name.to_string(),
+            |t| t.partition_data.iter().map(|p| p.index).collect(),
+            |t| {
+                t.partition_data
+                    .into_iter()
+                    .map(|p| (p.index, p.records))
+                    .collect()
+            },
+            produce_error,
+        );
         // Idempotent batches carry the cluster's own producer id.
-        for (c, items) in upstream.iter_mut() {
+        for (c, items) in split.upstream.iter_mut() {
             let cluster = self.cluster(c);
             let mut kept = Vec::with_capacity(items.len());
             for mut item in items.drain(..) {
@@ -258,7 +91,7 @@ impl Router {
                             if head.version >= 8 {
                                 answer.error_message = Some(StrBytes::from_string(e.to_string()));
                             }
-                            answers.insert((item.client, item.partition), answer);
+                            split.answers.insert((item.client, item.partition), answer);
                             continue;
                         }
                     }
@@ -267,12 +100,12 @@ impl Router {
             }
             *items = kept;
         }
-        let local = (!local_topics.is_empty()).then(|| {
+        let local = (!split.local.is_empty()).then(|| {
             let sub = ProduceRequest::default()
                 .with_transactional_id(transactional_id)
                 .with_acks(acks)
                 .with_timeout_ms(timeout_ms)
-                .with_topic_data(local_topics);
+                .with_topic_data(std::mem::take(&mut split.local));
             (self.local(session, &head), sub)
         });
         let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
@@ -280,11 +113,9 @@ impl Router {
         // acks=1 so that the connection's answers stay matched.
         let upstream_acks = if acks == 0 { 1 } else { acks };
         let build = move |group: &[Item<Option<Bytes>>]| produce_request(group, upstream_acks, timeout_ms);
-        let mut launched = Vec::new();
-        for (c, items) in upstream {
-            let flights = launch(self.cluster(&c), items, &mut Via::Shared, &build).await;
-            launched.push((c, flights));
-        }
+        let launched = self
+            .launch_all(std::mem::take(&mut split.upstream), &mut Via::Shared, &build)
+            .await;
         let version = head.version;
         Box::pin(async move {
             let local_part = async {
@@ -295,22 +126,14 @@ impl Router {
                 })
                 .await
             };
-            let upstream_parts = join_all(launched.into_iter().map(|(c, flights)| async move {
-                land(
-                    self.cluster(&c),
-                    flights,
-                    ATTEMPTS,
-                    deadline,
-                    &build,
-                    &find_produced,
-                )
-                .await
-            }));
-            let (local_answer, upstream_parts) = futures_util::future::join(local_part, upstream_parts).await;
+            let upstream_part = land_all(launched, ATTEMPTS, deadline, &build, &find_produced);
+            let (local_answer, upstream_answers) =
+                futures_util::future::join(local_part, upstream_part).await;
             if acks == 0 {
                 return Reply::Silent;
             }
             let mut response = ProduceResponse::default();
+            let answers = &mut split.answers;
             if let Some(local_answer) = local_answer {
                 response.throttle_time_ms = local_answer.throttle_time_ms;
                 for t in local_answer.responses {
@@ -319,7 +142,7 @@ impl Router {
                     }
                 }
             }
-            for (item, result) in upstream_parts.into_iter().flatten() {
+            for (item, result) in upstream_answers {
                 let answer = match result {
                     Ok(p) => {
                         let mut out = produce_error(item.partition, p.error_code)
@@ -344,21 +167,14 @@ impl Router {
                 };
                 answers.insert((item.client, item.partition), answer);
             }
-            for (topic, partitions) in order {
-                let partition_responses = partitions
-                    .iter()
-                    .map(|p| {
-                        answers
-                            .remove(&(topic.clone(), *p))
-                            .unwrap_or_else(|| produce_error(*p, ResponseError::UnknownServerError.code()))
-                    })
-                    .collect();
-                response.responses.push(
+            response.responses = in_order(split.order, answers, produce_error)
+                .into_iter()
+                .map(|(name, partitions)| {
                     TopicProduceResponse::default()
-                        .with_name(name(&topic))
-                        .with_partition_responses(partition_responses),
-                );
-            }
+                        .with_name(name)
+                        .with_partition_responses(partitions)
+                })
+                .collect();
             Reply::Respond(Box::new(ResponseKind::Produce(response)))
         })
     }
@@ -377,39 +193,29 @@ impl Router {
         head: Head,
         req: FetchRequest,
     ) -> Pending<'a> {
-        let mut local_topics = Vec::new();
-        let mut upstream: BTreeMap<String, Vec<Item<FetchPartition>>> = BTreeMap::new();
+        let split = self.split(
+            req.topics.clone(),
+            |t| t.topic.to_string(),
+            |t| t.partitions.iter().map(|p| p.partition).collect(),
+            |t| t.partitions.into_iter().map(|p| (p.partition, p)).collect(),
+            fetch_error,
+        );
+        let order: Vec<String> = split.order.iter().map(|(t, _)| t.clone()).collect();
+        // Partitions of topics no route matches, answered at once.
         let mut missing: Vec<FetchableTopicResponse> = Vec::new();
-        let order: Vec<String> = req.topics.iter().map(|t| t.topic.to_string()).collect();
-        for topic in &req.topics {
-            let client = topic.topic.to_string();
-            match self.place(&client) {
-                Place::Local => local_topics.push(topic.clone()),
-                Place::Nowhere => missing.push(
+        let mut unrouted: Vec<((String, i32), PartitionData)> = split.answers.into_iter().collect();
+        unrouted.sort_by(|a, b| a.0.cmp(&b.0));
+        for ((topic, _), data) in unrouted {
+            match missing.iter_mut().find(|t| t.topic.as_str() == topic) {
+                Some(t) => t.partitions.push(data),
+                None => missing.push(
                     FetchableTopicResponse::default()
-                        .with_topic(topic.topic.clone())
-                        .with_partitions(
-                            topic
-                                .partitions
-                                .iter()
-                                .map(|p| {
-                                    fetch_error(p.partition, ResponseError::UnknownTopicOrPartition.code())
-                                })
-                                .collect(),
-                        ),
+                        .with_topic(name(&topic))
+                        .with_partitions(vec![data]),
                 ),
-                Place::Upstream(cluster, name) => {
-                    for p in &topic.partitions {
-                        upstream.entry(cluster.clone()).or_default().push(Item {
-                            client: client.clone(),
-                            upstream: name.clone(),
-                            partition: p.partition,
-                            data: p.clone(),
-                        });
-                    }
-                }
             }
         }
+        let (local_topics, upstream) = (split.local, split.upstream);
         let (max_wait_ms, min_bytes, max_bytes) = (req.max_wait_ms, req.min_bytes, req.max_bytes);
         let local = (!local_topics.is_empty()).then(|| {
             let mut sub = req.clone();
@@ -419,11 +225,9 @@ impl Router {
         });
         let settings = (max_wait_ms, min_bytes, max_bytes, req.isolation_level);
         let build = move |group: &[Item<FetchPartition>]| fetch_request(group, settings);
-        let mut launched = Vec::new();
-        for (c, items) in upstream {
-            let flights = launch(self.cluster(&c), items, &mut Via::Session(session), &build).await;
-            launched.push((c, flights));
-        }
+        let launched = self
+            .launch_all(upstream, &mut Via::Session(session), &build)
+            .await;
         let version = head.version;
         Box::pin(async move {
             let deadline = Instant::now() + Duration::from_millis(max_wait_ms.max(0) as u64) + FETCH_GRACE;
@@ -438,11 +242,10 @@ impl Router {
                     .unwrap_or_default()
                 }));
             }
-            for (c, flights) in launched {
+            for (cluster, flights) in launched {
                 let build = &build;
                 parts.push(Box::pin(async move {
-                    let answered =
-                        land(self.cluster(&c), flights, 1, Instant::now(), build, &find_fetched).await;
+                    let answered = land(cluster, flights, 1, Instant::now(), build, &find_fetched).await;
                     let mut topics: Vec<FetchableTopicResponse> = Vec::new();
                     for (item, result) in answered {
                         let data = match result {
@@ -507,58 +310,25 @@ impl Router {
         &'a self,
         session: &mut Session,
         head: Head,
-        req: ListOffsetsRequest,
+        mut req: ListOffsetsRequest,
     ) -> Pending<'a> {
-        let order: Vec<(String, Vec<i32>)> = req
-            .topics
-            .iter()
-            .map(|t| {
-                (
-                    t.name.to_string(),
-                    t.partitions.iter().map(|p| p.partition_index).collect(),
-                )
-            })
-            .collect();
-        let mut answers: Answers<ListOffsetsPartitionResponse> = HashMap::new();
-        let mut local_topics = Vec::new();
-        let mut upstream: BTreeMap<String, Vec<Item<ListOffsetsPartition>>> = BTreeMap::new();
-        for topic in &req.topics {
-            let client = topic.name.to_string();
-            match self.place(&client) {
-                Place::Local => local_topics.push(topic.clone()),
-                Place::Nowhere => {
-                    for p in &topic.partitions {
-                        answers.insert(
-                            (client.clone(), p.partition_index),
-                            offsets_error(p.partition_index, ResponseError::UnknownTopicOrPartition.code()),
-                        );
-                    }
-                }
-                Place::Upstream(cluster, name) => {
-                    for p in &topic.partitions {
-                        upstream.entry(cluster.clone()).or_default().push(Item {
-                            client: client.clone(),
-                            upstream: name.clone(),
-                            partition: p.partition_index,
-                            data: p.clone(),
-                        });
-                    }
-                }
-            }
-        }
+        let mut split = self.split(
+            std::mem::take(&mut req.topics),
+            |t| t.name.to_string(),
+            |t| t.partitions.iter().map(|p| p.partition_index).collect(),
+            |t| t.partitions.into_iter().map(|p| (p.partition_index, p)).collect(),
+            offsets_error,
+        );
         let isolation = req.isolation_level;
-        let local = (!local_topics.is_empty()).then(|| {
-            let mut sub = req;
-            sub.topics = local_topics;
+        let local = (!split.local.is_empty()).then(|| {
+            let sub = req.with_topics(std::mem::take(&mut split.local));
             (self.local(session, &head), sub)
         });
         let build = move |group: &[Item<ListOffsetsPartition>]| list_offsets_request(group, isolation);
-        let mut launched = Vec::new();
-        for (c, items) in upstream {
-            let flights = launch(self.cluster(&c), items, &mut Via::Shared, &build).await;
-            launched.push((c, flights));
-        }
-        let deadline = Instant::now() + LIST_OFFSETS_TIMEOUT;
+        let launched = self
+            .launch_all(std::mem::take(&mut split.upstream), &mut Via::Shared, &build)
+            .await;
+        let deadline = Instant::now() + LEADER_TIMEOUT;
         Box::pin(async move {
             let local_part = async {
                 let (call, sub) = local?;
@@ -568,27 +338,16 @@ impl Router {
                 })
                 .await
             };
-            let upstream_parts = join_all(launched.into_iter().map(|(c, flights)| async move {
-                land(
-                    self.cluster(&c),
-                    flights,
-                    ATTEMPTS,
-                    deadline,
-                    &build,
-                    &find_offsets,
-                )
-                .await
-            }));
-            let (local_answer, upstream_parts) = futures_util::future::join(local_part, upstream_parts).await;
-            let mut response = ListOffsetsResponse::default();
-            if let Some(local_answer) = local_answer {
-                for t in local_answer.topics {
-                    for p in t.partitions {
-                        answers.insert((t.name.to_string(), p.partition_index), p);
-                    }
+            let upstream_part = land_all(launched, ATTEMPTS, deadline, &build, &find_offsets);
+            let (local_answer, upstream_answers) =
+                futures_util::future::join(local_part, upstream_part).await;
+            let answers = &mut split.answers;
+            for t in local_answer.map(|a| a.topics).unwrap_or_default() {
+                for p in t.partitions {
+                    answers.insert((t.name.to_string(), p.partition_index), p);
                 }
             }
-            for (item, result) in upstream_parts.into_iter().flatten() {
+            for (item, result) in upstream_answers {
                 let answer = match result {
                     Ok(p) => offsets_error(item.partition, p.error_code)
                         .with_timestamp(p.timestamp)
@@ -597,22 +356,126 @@ impl Router {
                 };
                 answers.insert((item.client, item.partition), answer);
             }
-            for (topic, partitions) in order {
-                let partitions = partitions
-                    .iter()
-                    .map(|p| {
-                        answers
-                            .remove(&(topic.clone(), *p))
-                            .unwrap_or_else(|| offsets_error(*p, ResponseError::UnknownServerError.code()))
-                    })
-                    .collect();
-                response.topics.push(
+            let topics = in_order(split.order, answers, offsets_error)
+                .into_iter()
+                .map(|(name, partitions)| {
                     ListOffsetsTopicResponse::default()
-                        .with_name(name(&topic))
-                        .with_partitions(partitions),
-                );
-            }
+                        .with_name(name)
+                        .with_partitions(partitions)
+                })
+                .collect();
+            let response = ListOffsetsResponse::default().with_topics(topics);
             Reply::Respond(Box::new(ResponseKind::ListOffsets(response)))
+        })
+    }
+
+    /// OffsetForLeaderEpoch: upstream partitions are asked of their
+    /// leaders with the epochs the client has, which are the upstream's
+    /// (clients read them from the batches they fetched).
+    pub(super) async fn offset_for_leader_epoch<'a>(
+        &'a self,
+        session: &mut Session,
+        head: Head,
+        mut req: OffsetForLeaderEpochRequest,
+    ) -> Pending<'a> {
+        let mut split = self.split(
+            std::mem::take(&mut req.topics),
+            |t| t.topic.to_string(),
+            |t| t.partitions.iter().map(|p| p.partition).collect(),
+            |t| t.partitions.into_iter().map(|p| (p.partition, p)).collect(),
+            epoch_error,
+        );
+        let local = (!split.local.is_empty()).then(|| {
+            let sub = req.with_topics(std::mem::take(&mut split.local));
+            (self.local(session, &head), sub)
+        });
+        let build = epochs_request;
+        let launched = self
+            .launch_all(std::mem::take(&mut split.upstream), &mut Via::Shared, &build)
+            .await;
+        let deadline = Instant::now() + LEADER_TIMEOUT;
+        Box::pin(async move {
+            let local_part = async {
+                let (call, sub) = local?;
+                call.answer(RequestKind::OffsetForLeaderEpoch(sub), |k| match k {
+                    ResponseKind::OffsetForLeaderEpoch(r) => Some(r),
+                    _ => None,
+                })
+                .await
+            };
+            let upstream_part = land_all(launched, ATTEMPTS, deadline, &build, &find_epoch);
+            let (local_answer, upstream_answers) =
+                futures_util::future::join(local_part, upstream_part).await;
+            let answers = &mut split.answers;
+            for t in local_answer.map(|a| a.topics).unwrap_or_default() {
+                for p in t.partitions {
+                    answers.insert((t.topic.to_string(), p.partition), p);
+                }
+            }
+            for (item, result) in upstream_answers {
+                let answer = match result {
+                    Ok(p) => p.with_partition(item.partition),
+                    Err(e) => epoch_error(item.partition, upstream_code(&e)),
+                };
+                answers.insert((item.client, item.partition), answer);
+            }
+            let topics = in_order(split.order, answers, epoch_error)
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    OffsetForLeaderTopicResult::default()
+                        .with_topic(topic)
+                        .with_partitions(partitions)
+                })
+                .collect();
+            let response = OffsetForLeaderEpochResponse::default().with_topics(topics);
+            Reply::Respond(Box::new(ResponseKind::OffsetForLeaderEpoch(response)))
+        })
+    }
+
+    /// DeleteRecords: upstream partitions go to their leaders. The spool
+    /// deletes whole segments by retention only, so local partitions get
+    /// POLICY_VIOLATION (as a broker whose policy forbids it answers).
+    pub(super) async fn delete_records(&self, req: DeleteRecordsRequest) -> Pending<'_> {
+        let timeout_ms = req.timeout_ms;
+        let mut split = self.split(
+            req.topics,
+            |t| t.name.to_string(),
+            |t| t.partitions.iter().map(|p| p.partition_index).collect(),
+            |t| t.partitions.into_iter().map(|p| (p.partition_index, p)).collect(),
+            deleted_error,
+        );
+        for topic in std::mem::take(&mut split.local) {
+            for p in topic.partitions {
+                let refused = deleted_error(p.partition_index, ResponseError::PolicyViolation.code());
+                split
+                    .answers
+                    .insert((topic.name.to_string(), p.partition_index), refused);
+            }
+        }
+        let build = move |group: &[Item<DeleteRecordsPartition>]| delete_records_request(group, timeout_ms);
+        let launched = self
+            .launch_all(std::mem::take(&mut split.upstream), &mut Via::Shared, &build)
+            .await;
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
+        Box::pin(async move {
+            let answers = &mut split.answers;
+            for (item, result) in land_all(launched, ATTEMPTS, deadline, &build, &find_deleted).await {
+                let answer = match result {
+                    Ok(p) => p,
+                    Err(e) => deleted_error(item.partition, upstream_code(&e)),
+                };
+                answers.insert((item.client, item.partition), answer);
+            }
+            let topics = in_order(split.order, answers, deleted_error)
+                .into_iter()
+                .map(|(name, partitions)| {
+                    DeleteRecordsTopicResult::default()
+                        .with_name(name)
+                        .with_partitions(partitions)
+                })
+                .collect();
+            let response = DeleteRecordsResponse::default().with_topics(topics);
+            Reply::Respond(Box::new(ResponseKind::DeleteRecords(response)))
         })
     }
 }
@@ -744,63 +607,6 @@ fn find_offsets(
         .map(|p| (p.clone(), p.error_code))
 }
 
-/// `group`'s partitions made with `partition`, gathered by upstream topic
-/// in first-seen order.
-fn by_topic<T, P>(
-    group: &[Item<T>],
-    partition: impl Fn(&Item<T>) -> P,
-) -> std::vec::IntoIter<(TopicName, Vec<P>)> {
-    let mut topics: Vec<(&str, Vec<P>)> = Vec::new();
-    for item in group {
-        let p = partition(item);
-        match topics.iter_mut().find(|(t, _)| *t == item.upstream) {
-            Some((_, ps)) => ps.push(p),
-            None => topics.push((&item.upstream, vec![p])),
-        }
-    }
-    topics
-        .into_iter()
-        .map(|(t, ps)| (name(t), ps))
-        .collect::<Vec<_>>()
-        .into_iter()
-}
-
-/// Each item's answer from one leader's `answer`, found with `find` (which
-/// also gives its error code): every item fails with the request's error;
-/// an item the answer leaves out is a malformed answer; a moved leader is
-/// an error that [`land`] retries; any other code reaches the client
-/// inside the answer.
-fn settle<T, R, A>(
-    cluster: &Cluster,
-    node: i32,
-    api: ApiKey,
-    group: Vec<Item<T>>,
-    answer: Result<R, UpstreamError>,
-    find: &impl Fn(&mut R, &Item<T>) -> Option<(A, i16)>,
-) -> Vec<(Item<T>, Result<A, UpstreamError>)> {
-    let mut response = match answer {
-        Ok(r) => r,
-        Err(e) => return group.into_iter().map(|i| (i, Err(e.clone()))).collect(),
-    };
-    group
-        .into_iter()
-        .map(|item| {
-            let result = match find(&mut response, &item) {
-                None => Err(UpstreamError::Malformed {
-                    broker: format!("{} broker {node}", cluster.name()),
-                    api,
-                    detail: format!("no answer for {}-{}", item.upstream, item.partition),
-                }),
-                Some((a, code)) => match partition_result(cluster, &item, code) {
-                    Err(e) if moved(&e) => Err(e),
-                    _ => Ok(a),
-                },
-            };
-            (item, result)
-        })
-        .collect()
-}
-
 fn produce_error(index: i32, code: i16) -> PartitionProduceResponse {
     PartitionProduceResponse::default()
         .with_index(index)
@@ -825,4 +631,71 @@ fn offsets_error(partition: i32, code: i16) -> ListOffsetsPartitionResponse {
         .with_timestamp(-1)
         .with_offset(-1)
         .with_leader_epoch(-1)
+}
+
+/// One leader's OffsetForLeaderEpoch.
+fn epochs_request(group: &[Item<OffsetForLeaderPartition>]) -> OffsetForLeaderEpochRequest {
+    let topics = by_topic(group, |item| item.data.clone())
+        .map(|(name, partitions)| {
+            OffsetForLeaderTopic::default()
+                .with_topic(name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(topics)
+}
+
+fn find_epoch(
+    response: &mut OffsetForLeaderEpochResponse,
+    item: &Item<OffsetForLeaderPartition>,
+) -> Option<(EpochEndOffset, i16)> {
+    response
+        .topics
+        .iter()
+        .find(|t| t.topic.as_str() == item.upstream)
+        .and_then(|t| t.partitions.iter().find(|p| p.partition == item.partition))
+        .map(|p| (p.clone(), p.error_code))
+}
+
+fn epoch_error(partition: i32, code: i16) -> EpochEndOffset {
+    EpochEndOffset::default()
+        .with_partition(partition)
+        .with_error_code(code)
+        .with_leader_epoch(-1)
+        .with_end_offset(-1)
+}
+
+/// One leader's DeleteRecords.
+fn delete_records_request(group: &[Item<DeleteRecordsPartition>], timeout_ms: i32) -> DeleteRecordsRequest {
+    let topics = by_topic(group, |item| item.data.clone())
+        .map(|(name, partitions)| {
+            DeleteRecordsTopic::default()
+                .with_name(name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    DeleteRecordsRequest::default()
+        .with_timeout_ms(timeout_ms)
+        .with_topics(topics)
+}
+
+fn find_deleted(
+    response: &mut DeleteRecordsResponse,
+    item: &Item<DeleteRecordsPartition>,
+) -> Option<(DeleteRecordsPartitionResult, i16)> {
+    response
+        .topics
+        .iter()
+        .find(|t| t.name.as_str() == item.upstream)
+        .and_then(|t| t.partitions.iter().find(|p| p.partition_index == item.partition))
+        .map(|p| (p.clone(), p.error_code))
+}
+
+fn deleted_error(partition: i32, code: i16) -> DeleteRecordsPartitionResult {
+    DeleteRecordsPartitionResult::default()
+        .with_partition_index(partition)
+        .with_error_code(code)
+        .with_low_watermark(-1)
 }

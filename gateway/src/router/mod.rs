@@ -20,11 +20,13 @@
 //! With the default routes (everything local) every request goes straight
 //! to the local broker.
 
+mod admin;
 mod consumer_protocol;
 mod data;
 mod delegated;
 mod offsets;
 mod producers;
+mod scatter;
 pub mod session;
 
 use std::collections::{BTreeMap, HashMap};
@@ -34,7 +36,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::future::join_all;
-use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::{MetadataResponsePartition, MetadataResponseTopic};
 use kafka_protocol::messages::*;
@@ -46,6 +47,7 @@ use strait_upstream::Cluster;
 use crate::broker::{Broker, Reply, NODE_ID};
 use crate::codec::Request;
 use crate::error::{kafka_code, Failure};
+use crate::versions;
 use producers::UpstreamProducers;
 use session::{Session, Ticket};
 
@@ -62,6 +64,50 @@ pub struct Router {
     /// Whether any route leads to an upstream (else every request goes to
     /// the local broker as it is).
     routing: bool,
+}
+
+/// APIs the router answers though the local broker does not (local topics
+/// get an error), and their versions.
+const ROUTED_ONLY: &[(ApiKey, i16, i16)] = &[(ApiKey::DeleteRecords, 0, 2)];
+
+/// APIs forwarded to the clusters topics are routed to, at the client's
+/// version or theirs: advertised within what every such cluster speaks.
+const FORWARDED_DATA: &[ApiKey] = &[
+    ApiKey::Produce,
+    ApiKey::Fetch,
+    ApiKey::ListOffsets,
+    ApiKey::OffsetForLeaderEpoch,
+    ApiKey::DeleteRecords,
+    ApiKey::CreateTopics,
+    ApiKey::DeleteTopics,
+    ApiKey::CreatePartitions,
+    ApiKey::DescribeConfigs,
+];
+
+/// APIs forwarded to the clusters groups are delegated to.
+const FORWARDED_GROUPS: &[ApiKey] = &[
+    ApiKey::JoinGroup,
+    ApiKey::SyncGroup,
+    ApiKey::Heartbeat,
+    ApiKey::LeaveGroup,
+    ApiKey::OffsetCommit,
+    ApiKey::DescribeGroups,
+    ApiKey::DeleteGroups,
+];
+
+/// How long an ApiVersions waits for a cluster not reached yet.
+const VERSIONS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether the router takes `api` at `version`.
+fn handles(api: ApiKey, version: i16) -> bool {
+    versions::supported(api)
+        .or_else(|| {
+            ROUTED_ONLY
+                .iter()
+                .find(|(a, ..)| *a == api)
+                .map(|&(_, min, max)| (min, max))
+        })
+        .is_some_and(|(min, max)| (min..=max).contains(&version))
 }
 
 /// What is left of a request once it started: its answer to come.
@@ -226,7 +272,18 @@ impl Router {
             client_id,
         };
         let respond = |kind| Reply::Respond(Box::new(kind));
+        if !handles(api, version) {
+            // The local broker refuses it as it refuses what it does not
+            // speak.
+            return self.local(session, &head).reply_boxed(body);
+        }
         match body {
+            RequestKind::ApiVersions(_) => {
+                let apis = self.api_versions().await;
+                Box::pin(std::future::ready(respond(ResponseKind::ApiVersions(
+                    versions::api_versions_of(&apis, None),
+                ))))
+            }
             RequestKind::Metadata(req) => {
                 let local = self.local(session, &head);
                 Box::pin(
@@ -236,6 +293,8 @@ impl Router {
             RequestKind::Produce(req) => self.produce(session, head, req).await,
             RequestKind::Fetch(req) => self.fetch(session, head, req).await,
             RequestKind::ListOffsets(req) => self.list_offsets(session, head, req).await,
+            RequestKind::OffsetForLeaderEpoch(req) => self.offset_for_leader_epoch(session, head, req).await,
+            RequestKind::DeleteRecords(req) => self.delete_records(req).await,
             RequestKind::JoinGroup(req) => match self.coordinated_by(req.group_id.as_str()) {
                 Some(cluster) => self.delegate_join(session, head, cluster, req).await,
                 None => self
@@ -268,12 +327,72 @@ impl Router {
             RequestKind::DeleteGroups(req) => self.delete_groups(session, head, req),
             RequestKind::ListGroups(req) => self.list_groups(session, head, req),
             RequestKind::OffsetFetch(req) => self.offset_fetch(session, head, req),
-            RequestKind::CreateTopics(req) => {
-                let local = self.local(session, &head);
-                Box::pin(self.create_topics(req, local))
-            }
+            RequestKind::CreateTopics(req) => self.create_topics(session, head, req),
+            RequestKind::DeleteTopics(req) => self.delete_topics(session, head, req),
+            RequestKind::CreatePartitions(req) => self.create_partitions(session, head, req),
+            RequestKind::DescribeConfigs(req) => self.describe_configs(session, head, req),
             body => self.local(session, &head).reply_boxed(body),
         }
+    }
+
+    /// The APIs and versions clients are told of: what Strait handles,
+    /// within what every cluster it forwards them to speaks (the data and
+    /// topic APIs for clusters that topics are routed to, the group APIs
+    /// for clusters that groups are delegated to). A cluster not reached
+    /// yet is asked now, for at most [`VERSIONS_WAIT`]; one that does not
+    /// answer leaves the versions as they are (and is logged).
+    async fn api_versions(&self) -> Vec<(ApiKey, i16, i16)> {
+        let mut apis: Vec<(ApiKey, i16, i16)> =
+            versions::SUPPORTED.iter().chain(ROUTED_ONLY).copied().collect();
+        let topic_clusters: Vec<&str> = self
+            .routes
+            .destinations()
+            .into_iter()
+            .filter_map(|d| d.cluster())
+            .collect();
+        let group_clusters: Vec<&str> = self.groups.clusters().collect();
+        for (name, cluster) in &self.upstreams {
+            let forwarded: Vec<ApiKey> = [
+                (topic_clusters.contains(&name.as_str()), FORWARDED_DATA),
+                (group_clusters.contains(&name.as_str()), FORWARDED_GROUPS),
+            ]
+            .into_iter()
+            .filter(|(used, _)| *used)
+            .flat_map(|(_, apis)| apis.iter().copied())
+            .collect();
+            if forwarded.is_empty() {
+                continue;
+            }
+            let known = match cluster.versions() {
+                Some(v) => Some(v),
+                None => {
+                    let _ = tokio::time::timeout(VERSIONS_WAIT, cluster.metadata()).await;
+                    cluster.versions()
+                }
+            };
+            let Some(theirs) = known else {
+                tracing::warn!(cluster = %name, "cluster not reachable: ApiVersions answered without its versions");
+                continue;
+            };
+            apis.retain_mut(|(api, min, max)| {
+                if !forwarded.contains(api) {
+                    return true;
+                }
+                match theirs.get(*api) {
+                    Ok(top) if top >= *min => {
+                        *max = (*max).min(top);
+                        true
+                    }
+                    Ok(top) => {
+                        tracing::warn!(cluster = %name, ?api, top, min = *min, "cluster speaks only versions Strait does not: advertised as Strait speaks it");
+                        true
+                    }
+                    // An API only the clusters answer needs every one.
+                    Err(_) => !ROUTED_ONLY.iter().any(|(a, ..)| a == api),
+                }
+            });
+        }
+        apis
     }
 
     /// A call on the local broker for a part of a request of `session`,
@@ -361,19 +480,36 @@ impl Router {
             c
         };
         let wanted_ref = &wanted;
+        let auto_create = self.broker.auto_creates_topics() && (version < 4 || req.allow_auto_topic_creation);
         let loaded = join_all(clusters.iter().map(|c| async move {
             let cluster = self.cluster(c);
-            let metadata = match cluster.metadata().await {
-                // A wanted topic the cache does not know: read again once.
-                Ok(m)
-                    if !all && wanted_ref.iter().any(
-                        |(_, p)| matches!(p, Place::Upstream(pc, t) if pc == c && !m.topics.contains_key(t)),
-                    ) =>
-                {
-                    cluster.refresh().await
-                }
-                other => other,
+            let absent = |m: &strait_upstream::Metadata| -> Vec<String> {
+                wanted_ref
+                    .iter()
+                    .filter_map(|(_, p)| match p {
+                        Place::Upstream(pc, t) if pc == c && !m.topics.contains_key(t) => Some(t.clone()),
+                        _ => None,
+                    })
+                    .collect()
             };
+            let mut metadata = cluster.metadata().await;
+            // A wanted topic the cache does not know: read again once, and
+            // where the client may auto-create topics, ask the cluster to
+            // (its own auto.create.topics.enable decides).
+            if let Ok(m) = &metadata {
+                if !all && !absent(m).is_empty() {
+                    metadata = cluster.refresh().await;
+                }
+            }
+            if let Ok(m) = &metadata {
+                let missing = absent(m);
+                if !all && auto_create && !missing.is_empty() {
+                    if let Err(e) = auto_create_upstream(cluster, missing).await {
+                        tracing::debug!(cluster = %c, error = %e, "auto-creating topics upstream failed");
+                    }
+                    metadata = cluster.refresh().await;
+                }
+            }
             (*c, metadata)
         }))
         .await;
@@ -431,54 +567,26 @@ impl Router {
         response.topics.extend(by_name.into_values());
         response
     }
+}
 
-    /// CreateTopics: local names go to the local broker; names routed to a
-    /// cluster are refused for now (never created locally).
-    async fn create_topics(&self, mut req: CreateTopicsRequest, local: LocalCall<'_>) -> Reply {
-        let mut refused = Vec::new();
-        req.topics.retain(|t| match self.place(t.name.as_str()) {
-            Place::Local => true,
-            place => {
-                let (code, message) = match place {
-                    Place::Nowhere => (
-                        ResponseError::PolicyViolation,
-                        format!(
-                            "no route of Strait's configuration matches topic {}",
-                            t.name.as_str()
-                        ),
-                    ),
-                    _ => (
-                        ResponseError::PolicyViolation,
-                        format!(
-                            "topic {} is routed to an upstream cluster; create it there (Strait does \
-                             not create upstream topics yet)",
-                            t.name.as_str()
-                        ),
-                    ),
-                };
-                refused.push(
-                    CreatableTopicResult::default()
-                        .with_name(t.name.clone())
-                        .with_error_code(code.code())
-                        .with_error_message(Some(StrBytes::from_string(message))),
-                );
-                false
-            }
-        });
-        let mut response = if req.topics.is_empty() {
-            CreateTopicsResponse::default()
-        } else {
-            local
-                .answer(RequestKind::CreateTopics(req), |k| match k {
-                    ResponseKind::CreateTopics(r) => Some(r),
-                    _ => None,
-                })
-                .await
-                .unwrap_or_default()
-        };
-        response.topics.extend(refused);
-        Reply::Respond(Box::new(ResponseKind::CreateTopics(response)))
+/// Asks `cluster` for the metadata of `topics` allowing auto-creation, so
+/// that the cluster creates them if its configuration lets it.
+async fn auto_create_upstream(
+    cluster: &Cluster,
+    topics: Vec<String>,
+) -> Result<(), strait_upstream::UpstreamError> {
+    let connection = cluster.any_broker().await?;
+    let version = connection.version(ApiKey::Metadata)?;
+    let topics = topics
+        .into_iter()
+        .map(|t| MetadataRequestTopic::default().with_name(Some(name(&t))))
+        .collect();
+    let mut request = MetadataRequest::default().with_topics(Some(topics));
+    if version >= 4 {
+        request.allow_auto_topic_creation = true;
     }
+    connection.request_at(&request, version).await?;
+    Ok(())
 }
 
 /// A topic of an upstream's metadata as clients see it: under `client`,
