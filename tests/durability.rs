@@ -9,27 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{create_topic, get_u64, spawn_client, try_client, unique, BackgroundClient, Strait};
-
-/// One acknowledged record: (partition, offset) -> value.
-type Acked = BTreeMap<(i64, i64), String>;
-
-/// Parses `ACKED <partition> <offset> <value>` lines of `ck_acked.py`.
-fn acked(lines: &[String]) -> Acked {
-    let mut out = Acked::new();
-    for l in lines.iter().filter(|l| l.starts_with("ACKED ")) {
-        let f: Vec<&str> = l.split(' ').collect();
-        assert_eq!(f.len(), 4, "bad line {l:?}");
-        let key = (f[1].parse().unwrap(), f[2].parse().unwrap());
-        if let Some(before) = out.insert(key, f[3].to_string()) {
-            panic!(
-                "two acknowledgements for p{}@{}: {before} and {}",
-                key.0, key.1, f[3]
-            );
-        }
-    }
-    out
-}
+use support::{
+    acked, create_topic, get_u64, spawn_client, try_client, unique, Acked, BackgroundClient, Strait,
+};
 
 fn write_config(dir: &std::path::Path, yaml: &str) -> String {
     let path = dir.join("strait.yaml");

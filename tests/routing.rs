@@ -697,3 +697,77 @@ fn leader_epochs_and_record_deletion_reach_the_upstream() {
     let kept = raw::delete_records(&mut c, "local-kept", 0, 1);
     assert_eq!(kept.error_code, 44, "POLICY_VIOLATION: {kept:?}");
 }
+
+#[test]
+fn an_upstream_killed_and_restarted_mid_stream_loses_no_acknowledged_record() {
+    // The upstream is a `strait serve` on a data directory, so that it
+    // comes back with what it acknowledged (Tansu keeps it in memory).
+    let mut upstream = Strait::start(&[]);
+    support::create_topic("ck_admin.py", &upstream.bootstrap(), "outage", 2);
+    let (gateway, _dir) = in_front_of(&upstream.bootstrap());
+    let b = gateway.bootstrap();
+    let mut producer = support::spawn_client(
+        "ck_acked.py",
+        &[
+            "--bootstrap",
+            &b,
+            "--topic",
+            "dc1.outage",
+            "--acks",
+            "all",
+            "--keyed",
+            "--value-prefix",
+            "outage",
+            "--rate",
+            "500",
+            "--duration",
+            "14",
+            "--message-timeout",
+            "60",
+        ],
+    );
+    let started = producer.wait_for(Duration::from_secs(30), |l| {
+        l.iter().filter(|l| l.starts_with("ACKED ")).count() >= 200
+    });
+    assert!(started, "no acknowledgements: {}", producer.describe());
+    upstream.kill();
+    let at_kill = support::acked(&producer.lines()).len();
+    // Down for three seconds: the gateway answers with retriable errors,
+    // the producer retries.
+    std::thread::sleep(Duration::from_secs(3));
+    upstream.restart();
+    let status = producer.wait(Duration::from_secs(60));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{}\n{}",
+        producer.describe(),
+        gateway.log()
+    );
+    let acked = support::acked(&producer.lines());
+    assert!(
+        acked.len() > at_kill + 200,
+        "the producer did not go on after the restart: {} acknowledged, {at_kill} before the kill: {}",
+        acked.len(),
+        producer.describe()
+    );
+    // Every acknowledged record is on the upstream, where its
+    // acknowledgement said, and reads the same through the gateway.
+    let stored = dump(&upstream.bootstrap(), "outage", acked.len());
+    let mut lost = Vec::new();
+    for ((p, o), value) in &acked {
+        let found = stored
+            .get(&p.to_string())
+            .and_then(|records| records.iter().find(|r| r[0].as_i64() == Some(*o)));
+        if found.and_then(|r| r[2].as_str()) != Some(value.as_str()) {
+            lost.push(format!("p{p}@{o} {value}: {found:?}"));
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "{} of {} lost: {:?}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(10)]
+    );
+    assert_eq!(dump(&b, "dc1.outage", acked.len()), stored);
+}

@@ -122,8 +122,12 @@ pub enum Failure<'a> {
     OffsetLog(&'a SpoolError),
     /// Forwarding to an upstream cluster.
     Upstream(&'a strait_upstream::UpstreamError),
-    /// Forwarding a delegated group's request to its upstream coordinator.
+    /// Forwarding a delegated group's request to its upstream coordinator,
+    /// or committed offsets to the cluster their topic lives on.
     Coordinator(&'a strait_upstream::UpstreamError),
+    /// Forwarding a partition's part of a request (Produce, Fetch,
+    /// ListOffsets, ...) to its upstream leader.
+    Partition(&'a strait_upstream::UpstreamError),
 }
 
 /// The Kafka error code for an internal error: the only place where the
@@ -178,6 +182,15 @@ pub fn kafka_code(failure: Failure<'_>) -> ResponseError {
                 U::Malformed { .. } | U::Encode { .. } => ResponseError::UnknownServerError,
             }
         }
+        // Clients see Strait as every partition's leader: a leader Strait
+        // cannot reach is one the client should look up again and retry
+        // (every client refreshes its metadata on NOT_LEADER_OR_FOLLOWER,
+        // and librdkafka fails a produce on NETWORK_EXCEPTION for good).
+        Failure::Partition(e) => match e.code() {
+            Some(code) => code,
+            None if e.is_retriable() => ResponseError::NotLeaderOrFollower,
+            None => kafka_code(Failure::Upstream(e)),
+        },
         // Trouble reaching a group's coordinator sends the client looking
         // for it again (to Strait), and Strait to the upstream's.
         Failure::Coordinator(e) => match e.code() {

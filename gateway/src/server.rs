@@ -10,6 +10,7 @@
 //! an unknown API) closes that connection with a log line naming the client;
 //! no other connection notices.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -119,10 +120,12 @@ pub async fn serve(
     Ok(())
 }
 
-/// Most requests of one connection read and not yet answered. Kafka's
-/// producers pipeline 5 by default (librdkafka many more); beyond this the
-/// connection is not read until an answer has gone out.
-const MAX_IN_FLIGHT: usize = 32;
+/// Most requests of one connection read and not yet answered. In front of
+/// a cluster a round trip away a producer needs about its request rate
+/// times the round trip in flight (librdkafka sends one Produce per
+/// partition batch: 1,000 a second over 50 ms is 50), so the count is
+/// generous and the bytes below are the real bound.
+const MAX_IN_FLIGHT: usize = 1024;
 
 /// Most request bytes of one connection read and not yet answered (one
 /// request is always read, whatever its size).
@@ -151,6 +154,29 @@ enum Event {
     Stop,
 }
 
+/// Requests in flight, oldest first.
+type InFlightQueue<'a> = FuturesOrdered<InFlight<'a>>;
+
+/// Runs `work` to its end while the connection's requests in flight go on,
+/// their answers (in order) kept in `ready`. Whatever the connection waits
+/// for (a request's start, the rest of a frame, the client taking a
+/// response), none of its requests stops moving: one may hold a lock that
+/// the connection, or another, is waiting for.
+async fn drive<T>(
+    work: impl Future<Output = T>,
+    in_flight: &mut InFlightQueue<'_>,
+    ready: &mut VecDeque<(Answered, Reply)>,
+) -> T {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut work => return out,
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => ready.push_back(done),
+        }
+    }
+}
+
 /// Serves one connection until the client leaves, it misbehaves, it idles
 /// out, or shutdown begins. `Err` carries the reason to log.
 ///
@@ -171,19 +197,46 @@ async fn connection(
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let mut client = String::new();
     let mut session = Session::new(peer);
-    let mut in_flight: FuturesOrdered<InFlight<'_>> = FuturesOrdered::new();
+    let mut in_flight: InFlightQueue<'_> = FuturesOrdered::new();
+    // Answers not written yet, in request order.
+    let mut ready: VecDeque<(Answered, Reply)> = VecDeque::new();
+    // Request bytes read and not answered yet.
     let mut in_flight_bytes = 0usize;
     // Set when no more requests are read: shutdown began, or the client
-    // sent something that closes the connection once earlier requests are
-    // answered.
+    // closed its end or sent something that closes the connection once
+    // earlier requests are answered.
     let mut draining = false;
     loop {
-        let room = !draining
-            && (in_flight.is_empty()
-                || (in_flight.len() < MAX_IN_FLIGHT && in_flight_bytes < MAX_IN_FLIGHT_BYTES));
+        if let Some((answered, reply)) = ready.pop_front() {
+            in_flight_bytes -= answered.size;
+            match reply {
+                Reply::Respond(body) => {
+                    tracing::trace!(%peer, ?body, "response");
+                    drive(
+                        send(&mut writer, answered, *body, options),
+                        &mut in_flight,
+                        &mut ready,
+                    )
+                    .await
+                    .map_err(|why| {
+                        if why == CLIENT_GONE {
+                            why
+                        } else {
+                            format!("{why} (client {client:?})")
+                        }
+                    })?
+                }
+                Reply::Silent => {}
+                Reply::Close(why) => return Err(format!("{why} (client {client:?}, peer {peer})")),
+            }
+            continue;
+        }
         if draining && in_flight.is_empty() {
             return Ok(());
         }
+        let room = !draining
+            && (in_flight.is_empty()
+                || (in_flight.len() < MAX_IN_FLIGHT && in_flight_bytes < MAX_IN_FLIGHT_BYTES));
         // Between requests the client may idle for `idle_timeout`; a
         // connection with requests in flight is not idle.
         let idle = if in_flight.is_empty() {
@@ -201,23 +254,7 @@ async fn connection(
         };
         match event {
             Event::Stop => draining = true,
-            Event::Answered(answered, reply) => {
-                in_flight_bytes -= answered.size;
-                match reply {
-                    Reply::Respond(body) => {
-                        tracing::trace!(%peer, ?body, "response");
-                        send(&mut writer, answered, *body, options).await.map_err(|why| {
-                            if why == CLIENT_GONE {
-                                why
-                            } else {
-                                format!("{why} (client {client:?})")
-                            }
-                        })?
-                    }
-                    Reply::Silent => {}
-                    Reply::Close(why) => return Err(format!("{why} (client {client:?}, peer {peer})")),
-                }
-            }
+            Event::Answered(answered, reply) => ready.push_back((answered, reply)),
             Event::Readable(Err(_)) => return Err(format!("idle for {:?}", options.idle_timeout)),
             // The client closed its end: what it sent is still answered.
             Event::Readable(Ok(Ok(false))) => draining = true,
@@ -226,8 +263,12 @@ async fn connection(
             Event::Readable(Ok(Ok(true))) => {
                 // Once a request has begun, all of it must arrive within
                 // `request_timeout`.
+                let read = tokio::time::timeout(
+                    options.request_timeout,
+                    read_frame(&mut reader, options.max_frame_bytes),
+                );
                 let frame = tokio::select! {
-                    frame = tokio::time::timeout(options.request_timeout, read_frame(&mut reader, options.max_frame_bytes)) => frame,
+                    frame = drive(read, &mut in_flight, &mut ready) => frame,
                     _ = stop.changed() => {
                         draining = true;
                         continue;
@@ -310,7 +351,7 @@ async fn connection(
                     size,
                 };
                 tracing::trace!(%peer, ?request, "request");
-                let pending = router.start(&mut session, request).await;
+                let pending = drive(router.start(&mut session, request), &mut in_flight, &mut ready).await;
                 in_flight.push_back(Box::pin(async move { (answered, pending.await) }));
             }
         }

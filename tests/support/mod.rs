@@ -1279,3 +1279,24 @@ pub fn dump(
         })
         .collect()
 }
+
+/// What `ck_acked.py` acknowledged: (partition, offset) -> value.
+pub type Acked = std::collections::BTreeMap<(i64, i64), String>;
+
+/// Parses the `ACKED <partition> <offset> <value>` lines of `ck_acked.py`,
+/// refusing two acknowledgements of one offset.
+pub fn acked(lines: &[String]) -> Acked {
+    let mut out = Acked::new();
+    for l in lines.iter().filter(|l| l.starts_with("ACKED ")) {
+        let f: Vec<&str> = l.split(' ').collect();
+        assert_eq!(f.len(), 4, "bad line {l:?}");
+        let key = (f[1].parse().unwrap(), f[2].parse().unwrap());
+        if let Some(before) = out.insert(key, f[3].to_string()) {
+            panic!(
+                "two acknowledgements for p{}@{}: {before} and {}",
+                key.0, key.1, f[3]
+            );
+        }
+    }
+    out
+}

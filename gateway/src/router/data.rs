@@ -32,7 +32,7 @@ use tokio::time::Instant;
 
 use super::scatter::{by_topic, in_order, land, land_all, Item, Via};
 use super::session::Session;
-use super::{name, upstream_code, Head, Pending, Router};
+use super::{name, partition_code, Head, Pending, Router};
 use crate::broker::Reply;
 
 /// How often a partition's request is sent again after its leader moved
@@ -87,7 +87,7 @@ impl Router {
                         Ok(records) => item.data = Some(records),
                         Err(e) => {
                             tracing::debug!(cluster = %c, error = %e, "no upstream producer id");
-                            let mut answer = produce_error(item.partition, upstream_code(&e));
+                            let mut answer = produce_error(item.partition, partition_code(&e));
                             if head.version >= 8 {
                                 answer.error_message = Some(StrBytes::from_string(e.to_string()));
                             }
@@ -158,7 +158,7 @@ impl Router {
                         out
                     }
                     Err(e) => {
-                        let mut out = produce_error(item.partition, upstream_code(&e));
+                        let mut out = produce_error(item.partition, partition_code(&e));
                         if version >= 8 {
                             out.error_message = Some(StrBytes::from_string(e.to_string()));
                         }
@@ -260,7 +260,7 @@ impl Router {
                                 }
                                 out
                             }
-                            Err(e) => fetch_error(item.partition, upstream_code(&e)),
+                            Err(e) => fetch_error(item.partition, partition_code(&e)),
                         };
                         match topics.iter_mut().find(|t| t.topic.as_str() == item.client) {
                             Some(t) => t.partitions.push(data),
@@ -352,7 +352,7 @@ impl Router {
                     Ok(p) => offsets_error(item.partition, p.error_code)
                         .with_timestamp(p.timestamp)
                         .with_offset(p.offset),
-                    Err(e) => offsets_error(item.partition, upstream_code(&e)),
+                    Err(e) => offsets_error(item.partition, partition_code(&e)),
                 };
                 answers.insert((item.client, item.partition), answer);
             }
@@ -415,7 +415,7 @@ impl Router {
             for (item, result) in upstream_answers {
                 let answer = match result {
                     Ok(p) => p.with_partition(item.partition),
-                    Err(e) => epoch_error(item.partition, upstream_code(&e)),
+                    Err(e) => epoch_error(item.partition, partition_code(&e)),
                 };
                 answers.insert((item.client, item.partition), answer);
             }
@@ -462,7 +462,7 @@ impl Router {
             for (item, result) in land_all(launched, ATTEMPTS, deadline, &build, &find_deleted).await {
                 let answer = match result {
                     Ok(p) => p,
-                    Err(e) => deleted_error(item.partition, upstream_code(&e)),
+                    Err(e) => deleted_error(item.partition, partition_code(&e)),
                 };
                 answers.insert((item.client, item.partition), answer);
             }

@@ -33,19 +33,13 @@ use strait_upstream::{Cluster, Throttled, UpstreamError};
 
 use super::consumer_protocol::{rename_assignment, rename_subscription};
 use super::session::Session;
-use super::{name, Head, Pending, Place, Router};
+use super::{coordinator_code, name, Head, Pending, Place, Router};
 use crate::broker::Reply;
-use crate::error::{kafka_code, Failure};
 
 /// How long a SyncGroup may wait at the coordinator for the leader's
 /// assignment when the JoinGroup's rebalance timeout is not known (Java's
 /// default `max.poll.interval.ms`).
 const SYNC_WAIT: Duration = Duration::from_secs(300);
-
-/// The code a client sees when its group's coordinator cannot be reached.
-fn coordinator_code(e: &UpstreamError) -> i16 {
-    kafka_code(Failure::Coordinator(e)).code()
-}
 
 fn group_id(value: &str) -> GroupId {
     GroupId(StrBytes::from_string(value.to_owned()))

@@ -626,7 +626,19 @@ fn error_topic(name: &str, code: ResponseError) -> MetadataResponseTopic {
         .with_name(Some(TopicName(StrBytes::from_string(name.to_owned()))))
 }
 
-/// The code a client sees for an upstream failure.
+/// The code a client sees for an upstream failure of topic
+/// administration.
 fn upstream_code(e: &strait_upstream::UpstreamError) -> i16 {
     kafka_code(Failure::Upstream(e)).code()
+}
+
+/// The code a client sees for an upstream failure of a partition's part
+/// of a request.
+fn partition_code(e: &strait_upstream::UpstreamError) -> i16 {
+    kafka_code(Failure::Partition(e)).code()
+}
+
+/// The code a client sees for an upstream failure of a group coordinator.
+fn coordinator_code(e: &strait_upstream::UpstreamError) -> i16 {
+    kafka_code(Failure::Coordinator(e)).code()
 }

@@ -33,7 +33,7 @@ use strait_config::Destination;
 use strait_upstream::{Cluster, UpstreamError};
 
 use super::session::Session;
-use super::{name, upstream_code, Head, Pending, Place, Router};
+use super::{coordinator_code, name, Head, Pending, Place, Router};
 use crate::broker::Reply;
 
 /// How often an upstream commit or offset fetch is sent again after its
@@ -361,7 +361,7 @@ impl Router {
                     }
                     Err(e) => {
                         tracing::debug!(cluster, group, error = %e, "committed offsets unavailable");
-                        code = upstream_code(&e);
+                        code = coordinator_code(&e);
                     }
                 }
             }
@@ -399,7 +399,7 @@ impl Router {
                     }
                     Err(e) => partitions
                         .iter()
-                        .map(|p| (*p, -1, -1, None, upstream_code(e)))
+                        .map(|p| (*p, -1, -1, None, coordinator_code(e)))
                         .collect(),
                 };
                 found.insert(client.clone(), offsets);
@@ -566,7 +566,7 @@ async fn commit_upstream(
                     .map_or(ResponseError::UnknownServerError.code(), |q| q.error_code),
                 Err(e) => {
                     tracing::debug!(cluster = cluster.name(), group, error = %e, "upstream commit failed");
-                    upstream_code(e)
+                    coordinator_code(e)
                 }
             };
             ((client, p.partition_index), code)
