@@ -772,3 +772,146 @@ fn an_upstream_killed_and_restarted_mid_stream_loses_no_acknowledged_record() {
     );
     assert_eq!(dump(&b, "dc1.outage", acked.len()), stored);
 }
+
+#[test]
+fn a_stalled_upstream_holds_bounded_memory_and_local_topics_keep_working() {
+    let (relay, upstream, gateway, _dir) = behind_relay();
+    support::create_topic("ck_admin.py", &upstream.bootstrap(), "stalled", 1);
+    support::create_topic("ck_admin.py", &gateway.bootstrap(), "local-busy", 1);
+    // Half a MiB each (the upstream takes batches up to 1 MiB).
+    let batch = build::batch(1_000, &[&vec![7u8; 512 << 10]]);
+    let mut warm = raw::Conn::open(gateway.port(), "warm");
+    assert_eq!(warm.produce("dc1.stalled", 0, &batch, 60_000), (0, 0));
+    let pid = gateway.pid().expect("gateway pid");
+    let before = support::proc_status_bytes(pid, "RssAnon").unwrap();
+
+    // The link stalls; eight producers push produces at the gateway
+    // as fast as it reads them, until it stops reading.
+    relay.stall(true);
+    let writers: Vec<_> = (0..8)
+        .map(|i| {
+            let port = gateway.port();
+            let batch = batch.clone();
+            std::thread::spawn(move || {
+                let mut c = raw::Conn::open(port, &format!("pusher-{i}"));
+                c.stream.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+                let mut sent = 0;
+                loop {
+                    let (_, frame) = c.produce_frame("dc1.stalled", 0, &batch, 60_000);
+                    if std::io::Write::write_all(&mut c.stream, &frame).is_err() {
+                        return (c, sent);
+                    }
+                    sent += 1;
+                    if sent == 400 {
+                        return (c, sent);
+                    }
+                }
+            })
+        })
+        .collect();
+    let pushed: Vec<(raw::Conn, usize)> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    let offered: usize = pushed.iter().map(|(_, n)| n).sum::<usize>() / 2;
+    let held = support::proc_status_bytes(pid, "RssAnon").unwrap();
+    // Each connection reads at most 16 MiB of requests ahead, and what
+    // waits for the upstream is bounded by its connection's 64 MiB budget.
+    let bound = before + 8 * (16 << 20) + (64 << 20) + (64 << 20);
+    assert!(
+        held < bound,
+        "anonymous memory grew from {} MiB to {} MiB with {offered} MiB offered (bound {} MiB)",
+        before >> 20,
+        held >> 20,
+        bound >> 20
+    );
+    // It read ahead until the upstream's budget was taken (then a
+    // connection waits to start its next request and is not read).
+    assert!(
+        offered >= 64,
+        "the gateway stopped reading early: {offered} MiB offered"
+    );
+    // Meanwhile a local topic is served.
+    let mut local = raw::Conn::open(gateway.port(), "local");
+    assert_eq!(local.produce("local-busy", 0, &batch, 10_000), (0, 0));
+    eprintln!(
+        "stalled: {offered} MiB offered, anonymous memory {} -> {} MiB",
+        before >> 20,
+        held >> 20
+    );
+    drop(pushed);
+    relay.stall(false);
+    // Once the link is back, the upstream is reached again.
+    let mut after = raw::Conn::open(gateway.port(), "after");
+    let small = build::batch(1_000, &[b"after"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, _) = after.produce("dc1.stalled", 0, &small, 30_000);
+        if code == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the upstream is not reached again: error {code}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_fetch_across_destinations_keeps_to_its_max_bytes_in_all() {
+    let upstream = Strait::start(&[]);
+    support::create_topic("ck_admin.py", &upstream.bootstrap(), "big", 1);
+    let (gateway, _dir) = in_front_of(&upstream.bootstrap());
+    support::create_topic("ck_admin.py", &gateway.bootstrap(), "local-big", 1);
+    let mut c = raw::Conn::open(gateway.port(), "fetcher");
+    let batch = build::batch(1_000, &[&vec![3u8; 400 << 10]]);
+    for topic in ["dc1.big", "local-big"] {
+        for i in 0..3 {
+            assert_eq!(c.produce(topic, 0, &batch, 10_000), (0, i));
+        }
+    }
+    // Both parts have more than max_bytes; min_bytes above what either has
+    // alone makes the gateway wait for both before it answers.
+    let partition = |topic: &str| {
+        kafka_protocol::messages::fetch_request::FetchTopic::default()
+            .with_topic(kafka_protocol::messages::TopicName(
+                kafka_protocol::protocol::StrBytes::from_string(topic.to_owned()),
+            ))
+            .with_partitions(vec![
+                kafka_protocol::messages::fetch_request::FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(8 << 20),
+            ])
+    };
+    let max_bytes = 1 << 20;
+    let request = kafka_protocol::messages::FetchRequest::default()
+        .with_max_wait_ms(1_000)
+        .with_min_bytes(4 << 20)
+        .with_max_bytes(max_bytes)
+        .with_topics(vec![partition("dc1.big"), partition("local-big")]);
+    let response = c.fetch(&request);
+    let sizes: Vec<(String, usize, i64)> = response
+        .responses
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| {
+                assert_eq!(p.error_code, 0, "{}: {p:?}", t.topic.as_str());
+                (
+                    t.topic.to_string(),
+                    p.records.as_ref().map_or(0, |r| r.len()),
+                    p.high_watermark,
+                )
+            })
+        })
+        .collect();
+    // Both answered, in request order, with their watermarks; records of
+    // one only, as much as max_bytes allows.
+    let names: Vec<&str> = sizes.iter().map(|(t, ..)| t.as_str()).collect();
+    assert_eq!(names, vec!["dc1.big", "local-big"], "{sizes:?}");
+    assert!(sizes.iter().all(|(_, _, hw)| *hw == 3), "{sizes:?}");
+    let total: usize = sizes.iter().map(|(_, n, _)| n).sum();
+    assert!(
+        total > 0 && total <= max_bytes as usize + batch.len(),
+        "{sizes:?}"
+    );
+    assert_eq!(sizes.iter().filter(|(_, n, _)| *n > 0).count(), 1, "{sizes:?}");
+}
