@@ -158,7 +158,13 @@ impl ProducerIds {
                     format!("{}: not a number", path.display()),
                 )
             })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            // A new data directory starts at a random point of a 2^40 range,
+            // so that several Strait instances in front of the same clusters
+            // hand out different ids (each maps its clients' ids to upstream
+            // ones; a client that moves between instances keeps its id).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                (uuid::Uuid::new_v4().as_u64_pair().0 >> 24) as i64
+            }
             Err(e) => return Err(e),
         };
         Ok(ProducerIds {
@@ -260,9 +266,15 @@ mod tests {
     fn producer_ids_are_never_reused_across_restarts() {
         let dir = tempfile::tempdir().unwrap();
         let ids = ProducerIds::open(dir.path()).unwrap();
-        assert_eq!((ids.allocate().unwrap(), ids.allocate().unwrap()), (0, 1));
+        let first = ids.allocate().unwrap();
+        assert!((0..1 << 40).contains(&first), "{first}");
+        assert_eq!(ids.allocate().unwrap(), first + 1);
         drop(ids);
         let ids = ProducerIds::open(dir.path()).unwrap();
-        assert_eq!(ids.allocate().unwrap(), ID_BLOCK);
+        assert_eq!(ids.allocate().unwrap(), first + ID_BLOCK);
+        // Another data directory starts elsewhere.
+        let other = tempfile::tempdir().unwrap();
+        let elsewhere = ProducerIds::open(other.path()).unwrap().allocate().unwrap();
+        assert!(elsewhere.abs_diff(first) > ID_BLOCK as u64, "{first} and {elsewhere}");
     }
 }
