@@ -16,7 +16,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 const KNOWN: i16 = 3;
 
 /// `subscription` with each topic `rename` gives a new name for renamed.
-pub(super) fn rename_subscription(subscription: &Bytes, rename: &impl Fn(&str) -> Option<String>) -> Bytes {
+pub fn rename_subscription(subscription: &Bytes, rename: &impl Fn(&str) -> Option<String>) -> Bytes {
     rewrite::<ConsumerProtocolSubscription>(subscription, |s| {
         let mut changed = false;
         for topic in &mut s.topics {
@@ -36,7 +36,7 @@ pub(super) fn rename_subscription(subscription: &Bytes, rename: &impl Fn(&str) -
 }
 
 /// `assignment` with each topic `rename` gives a new name for renamed.
-pub(super) fn rename_assignment(assignment: &Bytes, rename: &impl Fn(&str) -> Option<String>) -> Bytes {
+pub fn rename_assignment(assignment: &Bytes, rename: &impl Fn(&str) -> Option<String>) -> Bytes {
     rewrite::<ConsumerProtocolAssignment>(assignment, |a| {
         let mut changed = false;
         for assigned in &mut a.assigned_partitions {

@@ -21,7 +21,7 @@
 //! to the local broker.
 
 mod admin;
-mod consumer_protocol;
+pub mod consumer_protocol;
 mod data;
 mod delegated;
 mod offsets;
