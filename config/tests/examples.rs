@@ -23,7 +23,13 @@ fn every_example_is_valid() {
     checked.sort();
     assert_eq!(
         checked,
-        ["durable.yaml", "minimal.yaml", "mirror.yaml", "retention.yaml", "routes.yaml"],
+        [
+            "durable.yaml",
+            "minimal.yaml",
+            "mirror.yaml",
+            "retention.yaml",
+            "routes.yaml"
+        ],
         "update this list when adding examples"
     );
 }
