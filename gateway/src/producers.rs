@@ -275,6 +275,9 @@ mod tests {
         // Another data directory starts elsewhere.
         let other = tempfile::tempdir().unwrap();
         let elsewhere = ProducerIds::open(other.path()).unwrap().allocate().unwrap();
-        assert!(elsewhere.abs_diff(first) > ID_BLOCK as u64, "{first} and {elsewhere}");
+        assert!(
+            elsewhere.abs_diff(first) > ID_BLOCK as u64,
+            "{first} and {elsewhere}"
+        );
     }
 }
