@@ -58,6 +58,8 @@ struct Inner {
     coordinators: Mutex<HashMap<String, (i32, String)>>,
     /// The versions of the connection metadata was last read on.
     versions: Mutex<Option<Versions>>,
+    /// Whether the last metadata load succeeded (true before the first).
+    reachable: AtomicBool,
 }
 
 /// Which of a broker's connections a request goes on. A broker handles a
@@ -97,6 +99,7 @@ impl Cluster {
                 brokers: Mutex::new(HashMap::new()),
                 coordinators: Mutex::new(HashMap::new()),
                 versions: Mutex::new(None),
+                reachable: AtomicBool::new(true),
             }),
         }
     }
@@ -144,11 +147,29 @@ impl Cluster {
                 return Ok(cached);
             }
         }
-        let fresh = Arc::new(self.load_metadata().await?);
+        let loaded = self.load_metadata().await;
+        self.note_reachable(loaded.as_ref().err());
+        let fresh = Arc::new(loaded?);
         *self.inner.metadata.write().expect("metadata lock") = Some(fresh.clone());
         self.inner.stale.store(false, Ordering::Relaxed);
         tracing::debug!(cluster = %self.inner.name, brokers = fresh.brokers.len(), topics = fresh.topics.len(), "metadata loaded");
         Ok(fresh)
+    }
+
+    /// Logs the cluster becoming unreachable (a metadata load failed) and
+    /// reachable again, once each time, not per request.
+    fn note_reachable(&self, failure: Option<&UpstreamError>) {
+        let now = failure.is_none();
+        let before = self.inner.reachable.swap(now, Ordering::Relaxed);
+        match failure {
+            Some(e) if before => tracing::warn!(
+                cluster = %self.inner.name,
+                error = %e,
+                "cluster unreachable: its requests get retriable errors until it answers"
+            ),
+            None if !before => tracing::info!(cluster = %self.inner.name, "cluster reachable"),
+            _ => {}
+        }
     }
 
     async fn load_metadata(&self) -> Result<Metadata> {

@@ -578,7 +578,7 @@ impl Router {
                             .filter(|g| self.coordinated_by(g.group_id.as_str()) == Some(*cluster)),
                     ),
                     Err(e) => {
-                        tracing::warn!(cluster, error = %e, "listing the cluster's groups failed");
+                        tracing::debug!(cluster, error = %e, "listing the cluster's groups failed");
                         response.error_code = coordinator_code(&e);
                     }
                 }

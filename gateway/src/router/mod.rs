@@ -371,7 +371,7 @@ impl Router {
                 }
             };
             let Some(theirs) = known else {
-                tracing::warn!(cluster = %name, "cluster not reachable: ApiVersions answered without its versions");
+                tracing::debug!(cluster = %name, "cluster not reachable: ApiVersions answered without its versions");
                 continue;
             };
             apis.retain_mut(|(api, min, max)| {
@@ -526,7 +526,7 @@ impl Router {
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(cluster = c, error = %e, "cluster metadata unavailable: its topics are left out")
+                        tracing::debug!(cluster = c, error = %e, "cluster metadata unavailable: its topics are left out")
                     }
                 }
             }
