@@ -23,6 +23,7 @@
 
 #![allow(dead_code)]
 
+pub mod local;
 pub mod raw;
 pub mod relay;
 
