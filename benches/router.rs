@@ -1,0 +1,1831 @@
+//! The router benchmark: the same load, in the same run, sent straight to
+//! an upstream broker, through Strait (`strait serve` routing every topic
+//! to that upstream) and through Tansu's proxy (`tansu proxy`), first on
+//! loopback, then with a round trip added between the front and the
+//! upstream. It answers the issue's question: what does routing through
+//! Strait cost a client, against going direct and against another Kafka
+//! proxy?
+//!
+//! Run it with `scripts/bench-router [DIR]`, which installs the peers,
+//! builds Strait and calls `cargo bench --bench router -- WORKDIR`.
+//!
+//! **The paths.** The upstream is one Tansu 0.6.0 broker (memory storage).
+//! - *direct*: the clients bootstrap from the upstream address and talk to
+//!   Tansu (through the relay in the WAN case, see below);
+//! - *Strait*: `strait serve --config F` with one cluster `up` (bootstrap:
+//!   the upstream address) and the one route `{ regex: ".*", to: up }`
+//!   (every topic upstream, names unchanged), checked first with `strait
+//!   check --config F`. Strait presents itself as the only broker;
+//! - *proxy*: `tansu proxy --origin-url tcp://UPSTREAM`, advertising
+//!   itself.
+//!
+//! Each run checks that the metadata a client gets through its path names
+//! one broker, the path's own address, so the clients really go through
+//! the front (and Strait and the proxy are not bypassed).
+//!
+//! **The network cases.** *loopback*: the upstream address is Tansu's own.
+//! *+RTT* (`ROUTER_BENCH_WAN_RTT_MS`, default 50 ms): the tests' delay
+//! relay (`tests/support/relay.rs`, half the round trip each way, in a
+//! child process of this binary so that its CPU is counted apart) stands
+//! in front of Tansu, which advertises the relay's address: the relay is
+//! started on a dummy target, Tansu with `--advertised-listener-url` the
+//! relay, and the relay then retargeted at Tansu. Every connection to the
+//! upstream crosses the delay: the direct clients', Strait's and the
+//! proxy's; the clients' hop to Strait or to the proxy does not.
+//!
+//! **Every run** starts fresh processes on free loopback ports (the relay,
+//! Tansu, and the path's front, if any), creates a fresh topic of 8
+//! partitions directly on Tansu (AdminClient; Tansu would auto-create 4;
+//! the pipelining runs create theirs of one partition, see 5.), and stops
+//! them all after. Records are 1 KiB values without a key,
+//! spread round-robin over the partitions by the producer; every producer
+//! is librdkafka (the `rdkafka` crate) with acks `ROUTER_BENCH_ACKS`
+//! (default 1), linger.ms `ROUTER_BENCH_LINGER_MS` (default 5), no
+//! compression, no idempotence, every other setting librdkafka's default
+//! (among them up to 1,000,000 requests in flight per connection; it sends
+//! one Produce request per partition batch).
+//! Consumers are assigned all partitions from the beginning, no group
+//! joined (a group id is set, librdkafka wants one), fetch settings
+//! librdkafka's defaults. Records are counted by consuming them, per
+//! partition, never from watermarks: Tansu's ListOffsets under-reports
+//! when batches hold many records.
+//!
+//! 1. *Produce throughput*: `ROUTER_BENCH_RECORDS` records sent as fast as
+//!    the producer takes them, timed from the first send (after the
+//!    producer fetched metadata through its path) to the last delivery
+//!    report.
+//! 2. *Consume throughput*: those records read back by a new consumer,
+//!    timed from the assignment (after its metadata) to the last record.
+//! 3. *Produce latency* at half of the maximum load: the median records/s
+//!    of the direct path's produce runs (1.), halved, is the rate of every
+//!    path's latency runs (the same for all three; `ROUTER_BENCH_LATENCY_RATE`
+//!    overrides it). Those runs come after all throughput runs of a network
+//!    case. A producer paces records at that rate for
+//!    `ROUTER_BENCH_WARMUP_SECS` (default 1, not measured) plus
+//!    `ROUTER_BENCH_LATENCY_SECS` (default 5) seconds; the latency of each
+//!    record is its delivery report's time minus its send time.
+//! 4. *End-to-end fetch latency*, in the same runs: a consumer polling
+//!    through the same path from before the first record was sent; a
+//!    record's latency is the time it was polled minus the time stamped
+//!    into its value just before it was sent (a monotonic clock shared by
+//!    producer and consumer, both in this process; microsecond resolution,
+//!    which a Kafka CreateTime in milliseconds would not give on loopback).
+//! 5. *Pipelining*, in the +RTT case only, direct and through Strait (the
+//!    proxy is left out), after the case's latency runs: the issue's
+//!    "over a 50 ms link to an upstream, a producer with 5 requests in
+//!    flight gets about 5x the throughput of one at a time". One setup per
+//!    run (relay, Tansu, the front) with three fresh topics of one
+//!    partition, and three producers one after the other, each to its own
+//!    topic: `max.in.flight.requests.per.connection` 1, 5 and librdkafka's
+//!    default (1,000,000; in that order in odd repetitions, reversed in even
+//!    ones), every other setting as above (acks `ROUTER_BENCH_ACKS`,
+//!    linger.ms `ROUTER_BENCH_LINGER_MS`). Each producer checks its metadata,
+//!    sends one record and waits for its delivery (its connection to the
+//!    leader is then open, and over the round trip opening it would cost
+//!    the direct path two round trips that Strait's hop on loopback does
+//!    not), then sends `ROUTER_BENCH_PIPELINE_RECORDS` records (default
+//!    50000) as fast as it takes them, timed from the first send to the last
+//!    delivery report. One partition, not the 8 of the other runs:
+//!    librdkafka puts one partition's batch in a Produce request, so with one
+//!    partition every request but the last carries a full batch of it and
+//!    the in-flight limit alone decides how many round trips overlap (with
+//!    8, each partition fills its batch 8 times slower, the first batches
+//!    leave small at linger.ms and each partition ends on a short one); and
+//!    Strait has to overlap one partition's requests upstream while keeping
+//!    them in order. A batch holds at most
+//!    batch.size (librdkafka's default, 1,000,000 B: about 967 records of
+//!    1 KiB), so one request at a time carries about 1 MB per round trip;
+//!    with N batches to send, 5 in flight need about N / 5 + 1 round trips
+//!    for N, which is 4.0x for 20,000 records (21 batches) and 4.6x for the
+//!    default 50,000 (52): with fewer records even a perfect pipeline
+//!    cannot show "about 5x".
+//!
+//! Runs alternate between the paths (D S P, P S D, D S P, ...) and every
+//! figure is the median of `ROUTER_BENCH_REPEAT` runs (default 3). A run
+//! that fails (an error, a stall of 30 s, a process exiting, a latency run
+//! whose producer falls 10 s behind its schedule because the path does not
+//! carry the rate) is reported as "n/a" with the reason, and the bench goes
+//! on. Every phase of every run prints the CPU seconds (from /proc) of
+//! Tansu, of the front (Strait or the proxy), of the relay, of this process
+//! (the clients: librdkafka) and of everything else on the machine (on a
+//! shared machine, other work skews a run); the tables give their medians.
+//! At the end come the WARN/ERROR lines of Strait's logs and the notes of
+//! each path (librdkafka's error reports, a producer behind its schedule).
+//!
+//! The report: one table per network case, columns direct / Strait / proxy
+//! and rows throughput (produce, consume), produce latency p50/p99 and
+//! end-to-end fetch latency p50/p99, with Strait/direct and Strait/proxy
+//! ratios for throughput and the milliseconds Strait adds to the direct
+//! path's and the proxy's latencies; after the +RTT case's, the pipelining
+//! table: records/s per in-flight limit, direct and through Strait, with
+//! Strait/direct, and the ratios of the medians with 5 and with the default
+//! in flight over the median with one; then the issue's goals, each met or
+//! missed: Strait at least 0.9 x direct throughput (produce and consume,
+//! in both cases); at most 1 ms added p99 (produce and end-to-end fetch) at
+//! half of the maximum load on loopback; ahead of Tansu's proxy (higher
+//! throughput, lower p99) in both cases; over the round trip, a producer
+//! with 5 requests in flight through Strait at "about 5x" (counted as at
+//! least 4x) the records/s of one with one request in flight (the direct
+//! path's ratio is printed beside it, for reference).
+//!
+//! Environment (see `scripts/bench-router`): `ROUTER_BENCH_RECORDS` (default
+//! 100000), `ROUTER_BENCH_WAN_RECORDS` (default: `ROUTER_BENCH_RECORDS`),
+//! `ROUTER_BENCH_REPEAT`, `ROUTER_BENCH_LATENCY_SECS`,
+//! `ROUTER_BENCH_WARMUP_SECS`, `ROUTER_BENCH_LATENCY_RATE`,
+//! `ROUTER_BENCH_PATHS` (default `direct,strait,proxy`; the runs of the
+//! others are left out), `ROUTER_BENCH_LOOPBACK` (0: no loopback case),
+//! `ROUTER_BENCH_WAN` (0: no case with the added round trip),
+//! `ROUTER_BENCH_WAN_RTT_MS`, `ROUTER_BENCH_PIPELINE` (0: no pipelining
+//! runs), `ROUTER_BENCH_PIPELINE_RECORDS` (default 50000),
+//! `ROUTER_BENCH_ACKS`, `ROUTER_BENCH_LINGER_MS`, `ROUTER_BENCH_KEEP`,
+//! `STRAIT_BIN`, `TANSU_BIN`.
+
+// What the benches share (process and CPU accounting, the librdkafka load
+// generator, the report's cells), with the integration tests' harness (free
+// ports, the readiness check and the delay relay).
+#[path = "common/mod.rs"]
+mod common;
+
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{Producer, ThreadedProducer};
+
+use common::support::{self, relay::Relay};
+use common::{
+    cell, client_errors, env_u64, loadavg, median, payload, print_rows, send, Cell, ConsumerErrors,
+    Deliveries, Proc, Res, Stats, PARTITIONS, RECORD_BYTES, STALL,
+};
+
+/// A latency run whose producer falls this far behind its schedule (its
+/// path does not carry the rate) is given up.
+const MAX_BEHIND: Duration = Duration::from_secs(10);
+/// librdkafka's `max.in.flight.requests.per.connection` of the pipelining
+/// producers, in the order of the first repetition: 1, 5 and librdkafka's
+/// default (none set).
+const IN_FLIGHT: [Option<u32>; 3] = [Some(1), Some(5), None];
+/// librdkafka's default `max.in.flight.requests.per.connection`.
+const DEFAULT_IN_FLIGHT: u32 = 1_000_000;
+/// Partitions of the pipelining topics.
+const PIPELINE_PARTITIONS: i32 = 1;
+/// The goals the issue set.
+const GOAL_THROUGHPUT_RATIO: f64 = 0.9;
+const GOAL_ADDED_P99_MS: f64 = 1.0;
+/// "About 5x" the throughput with 5 requests in flight over one at a time.
+const GOAL_PIPELINE_RATIO: f64 = 4.0;
+
+fn main() {
+    // `cargo bench` adds `--bench`; our arguments are positional.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let outcome = match args.first().map(String::as_str) {
+        Some("child-relay") => child_relay(&args[1..]),
+        dir => bench(dir.map(PathBuf::from)),
+    };
+    if let Err(e) = outcome {
+        eprintln!("router bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// What the environment asked for.
+#[derive(Debug, Clone)]
+struct Knobs {
+    records: u64,
+    wan_records: u64,
+    repeat: usize,
+    latency_secs: u64,
+    warmup_secs: u64,
+    latency_rate: Option<u64>,
+    ways: Vec<Way>,
+    loopback: bool,
+    wan: bool,
+    wan_rtt_ms: u64,
+    acks: String,
+    linger_ms: u64,
+    pipeline: bool,
+    pipeline_records: u64,
+    keep: bool,
+    strait_bin: PathBuf,
+    tansu_bin: PathBuf,
+}
+
+fn knobs() -> Res<Knobs> {
+    let records = env_u64("ROUTER_BENCH_RECORDS", 100_000)?.max(PARTITIONS as u64);
+    let acks = std::env::var("ROUTER_BENCH_ACKS").unwrap_or_else(|_| "1".into());
+    if !["0", "1", "all", "-1"].contains(&acks.as_str()) {
+        return Err(format!("ROUTER_BENCH_ACKS={acks:?}: 0, 1 or all"));
+    }
+    Ok(Knobs {
+        records,
+        wan_records: env_u64("ROUTER_BENCH_WAN_RECORDS", records)?.max(PARTITIONS as u64),
+        repeat: env_u64("ROUTER_BENCH_REPEAT", 3)?.max(1) as usize,
+        latency_secs: env_u64("ROUTER_BENCH_LATENCY_SECS", 5)?.max(1),
+        warmup_secs: env_u64("ROUTER_BENCH_WARMUP_SECS", 1)?,
+        latency_rate: match std::env::var("ROUTER_BENCH_LATENCY_RATE") {
+            Ok(_) => Some(env_u64("ROUTER_BENCH_LATENCY_RATE", 0)?.max(1)),
+            Err(_) => None,
+        },
+        ways: match std::env::var("ROUTER_BENCH_PATHS") {
+            Err(_) => Way::ALL.to_vec(),
+            Ok(v) => v
+                .split(',')
+                .map(|name| {
+                    Way::ALL
+                        .into_iter()
+                        .find(|w| w.name() == name.trim())
+                        .ok_or_else(|| format!("ROUTER_BENCH_PATHS={v:?}: direct, strait, proxy"))
+                })
+                .collect::<Res<Vec<Way>>>()?,
+        },
+        loopback: env_u64("ROUTER_BENCH_LOOPBACK", 1)? != 0,
+        wan: env_u64("ROUTER_BENCH_WAN", 1)? != 0,
+        wan_rtt_ms: env_u64("ROUTER_BENCH_WAN_RTT_MS", 50)?,
+        acks,
+        linger_ms: env_u64("ROUTER_BENCH_LINGER_MS", 5)?,
+        pipeline: env_u64("ROUTER_BENCH_PIPELINE", 1)? != 0,
+        pipeline_records: env_u64("ROUTER_BENCH_PIPELINE_RECORDS", 50_000)?.max(1),
+        keep: std::env::var("ROUTER_BENCH_KEEP").is_ok_and(|v| v == "1"),
+        strait_bin: common::strait_bin(),
+        tansu_bin: common::tansu_bin(),
+    })
+}
+
+/// The three ways to the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Direct,
+    Strait,
+    Proxy,
+}
+
+impl Way {
+    const ALL: [Way; 3] = [Way::Direct, Way::Strait, Way::Proxy];
+
+    fn name(self) -> &'static str {
+        match self {
+            Way::Direct => "direct",
+            Way::Strait => "strait",
+            Way::Proxy => "proxy",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Way::Direct => "direct",
+            Way::Strait => "Strait",
+            Way::Proxy => "proxy",
+        }
+    }
+}
+
+/// A network case: loopback, or a delay between the fronts and Tansu.
+#[derive(Debug, Clone)]
+struct Net {
+    title: String,
+    slug: &'static str,
+    /// Added one way by the relay; none: no relay.
+    one_way: Option<Duration>,
+    records: u64,
+}
+
+impl Net {
+    fn is_loopback(&self) -> bool {
+        self.one_way.is_none()
+    }
+}
+
+fn bench(dir: Option<PathBuf>) -> Res<()> {
+    let knobs = knobs()?;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let work = match dir {
+        Some(d) => d,
+        None => root
+            .join("target/bench-router")
+            .join(format!("run.{}", std::process::id())),
+    };
+    fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
+    let clk = common::clock_ticks();
+    print_facts(&knobs, &work);
+    let started = Instant::now();
+
+    let mut nets = Vec::new();
+    if knobs.loopback {
+        nets.push(Net {
+            title: "loopback".into(),
+            slug: "loopback",
+            one_way: None,
+            records: knobs.records,
+        });
+    } else {
+        println!("(ROUTER_BENCH_LOOPBACK=0: no loopback case)");
+    }
+    if knobs.wan {
+        nets.push(Net {
+            title: format!("+{} ms between front and upstream", knobs.wan_rtt_ms),
+            slug: "wan",
+            one_way: Some(Duration::from_micros(knobs.wan_rtt_ms * 500)),
+            records: knobs.wan_records,
+        });
+    } else {
+        println!("(ROUTER_BENCH_WAN=0: the loopback case only)");
+    }
+
+    let mut reports = Vec::new();
+    for net in &nets {
+        let dir = work.join(net.slug);
+        fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        reports.push(run_case(&knobs, net, &dir, clk));
+        println!();
+    }
+
+    println!("==> summary");
+    for r in &reports {
+        println!();
+        r.print_table(&knobs);
+        if r.pipelined {
+            println!();
+            r.print_pipeline_table(&knobs);
+        }
+    }
+    println!();
+    print_goals(&reports);
+    println!();
+    println!(
+        "total bench time {:.0} s; load average now {}; logs under {} \
+         (scripts/bench-router removes them unless ROUTER_BENCH_KEEP=1)",
+        started.elapsed().as_secs_f64(),
+        loadavg(),
+        work.display()
+    );
+    for r in &reports {
+        r.print_log_summary();
+    }
+    Ok(())
+}
+
+fn print_facts(knobs: &Knobs, work: &Path) {
+    let tansu_version = common::tansu_version(&knobs.tansu_bin);
+    println!(
+        "router benchmark: direct to the upstream, through Strait, through tansu proxy; same load, same run"
+    );
+    println!(
+        "  machine:  nproc {}, {}, load average {}",
+        common::nproc(),
+        common::cpu_model(),
+        loadavg()
+    );
+    println!("  upstream: {tansu_version} broker, --storage-engine memory://tansu/");
+    println!(
+        "  strait:   {} serve --config (cluster up = the upstream, route {{ regex: \".*\", to: up }})",
+        knobs.strait_bin.display()
+    );
+    println!("  proxy:    {tansu_version} proxy --origin-url tcp://UPSTREAM");
+    println!(
+        "  client:   rdkafka crate 0.39, librdkafka {}; work dir {}",
+        common::librdkafka_version(),
+        work.display()
+    );
+    println!(
+        "  load:     {RECORD_BYTES} B values (no key) round-robin over {PARTITIONS} partitions, acks={}, linger.ms={}, \
+         compression none; produce {} records (WAN {}), consume them back",
+        knobs.acks, knobs.linger_ms, knobs.records, knobs.wan_records
+    );
+    println!(
+        "  latency:  {} at {} s unmeasured + {} s measured, with a consumer polling through the same path",
+        knobs.latency_rate.map_or_else(
+            || "half of the direct path's median produce records/s".to_owned(),
+            |r| format!("{r} records/s (ROUTER_BENCH_LATENCY_RATE)")
+        ),
+        knobs.warmup_secs,
+        knobs.latency_secs
+    );
+    println!(
+        "  runs:     {} per path and phase, alternating (D S P, P S D, ...); medians reported; MB = 10^6 B of values",
+        knobs.repeat
+    );
+    if knobs.wan {
+        println!(
+            "  WAN:      {} ms round trip added by the delay relay between every front (or direct client) and Tansu",
+            knobs.wan_rtt_ms
+        );
+        if knobs.pipeline {
+            println!(
+                "  pipeline: over that round trip, direct and through Strait, {} records to a topic of \
+                 {PIPELINE_PARTITIONS} partition per producer, max.in.flight.requests.per.connection 1, 5 and \
+                 librdkafka's default ({DEFAULT_IN_FLIGHT})",
+                knobs.pipeline_records
+            );
+        }
+    }
+    println!();
+}
+
+// ---------------------------------------------------------------------------
+// Processes
+
+/// The delay relay in a child process (this binary, `child-relay`): its
+/// CPU is then its own, not the load generator's. It is told its target on
+/// stdin and exits when stdin closes.
+#[derive(Debug)]
+struct RelayProc {
+    proc: Proc,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    port: u16,
+}
+
+impl RelayProc {
+    fn start(one_way: Duration, log: &Path) -> Res<RelayProc> {
+        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+        let err = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| format!("opening {}: {e}", log.display()))?;
+        let mut child = Command::new(exe)
+            .args(["child-relay", &one_way.as_micros().to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("spawning the relay: {e}"))?;
+        let stdin = child.stdin.take().ok_or("relay stdin")?;
+        let stdout = child.stdout.take().ok_or("relay stdout")?;
+        let proc = Proc { child };
+        let mut relay = RelayProc {
+            proc,
+            stdin,
+            stdout: BufReader::new(stdout),
+            port: 0,
+        };
+        let line = relay.read_line()?;
+        relay.port = line
+            .strip_prefix("port ")
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| format!("the relay said {line:?}, not its port"))?;
+        Ok(relay)
+    }
+
+    fn read_line(&mut self) -> Res<String> {
+        let mut line = String::new();
+        match self.stdout.read_line(&mut line) {
+            Ok(0) => Err(format!(
+                "the relay exited ({})",
+                self.proc.exited().unwrap_or_else(|| "still running".into())
+            )),
+            Ok(_) => Ok(line.trim().to_owned()),
+            Err(e) => Err(format!("reading from the relay: {e}")),
+        }
+    }
+
+    fn retarget(&mut self, target: SocketAddr) -> Res<()> {
+        writeln!(self.stdin, "target {target}").map_err(|e| format!("telling the relay: {e}"))?;
+        self.stdin
+            .flush()
+            .map_err(|e| format!("telling the relay: {e}"))?;
+        match self.read_line()?.as_str() {
+            "ok" => Ok(()),
+            other => Err(format!("the relay answered {other:?}")),
+        }
+    }
+}
+
+/// The relay's child process: args ONE_WAY_DELAY_MICROS. Prints `port N`,
+/// then reads `target ADDR` lines (answering `ok`) until stdin closes.
+fn child_relay(args: &[String]) -> Res<()> {
+    let [delay] = args else {
+        return Err(format!("child-relay: 1 argument expected, got {args:?}"));
+    };
+    let delay: u64 = delay.parse().map_err(|e| format!("delay: {e}"))?;
+    // Nothing listens on the discard port: connections before the first
+    // retarget are refused.
+    let relay = Relay::start(([127, 0, 0, 1], 9).into(), Duration::from_micros(delay));
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "port {}", relay.port()).map_err(|e| e.to_string())?;
+    out.flush().map_err(|e| e.to_string())?;
+    for line in std::io::stdin().lock().lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        let answer = match line.trim().strip_prefix("target ").map(str::parse::<SocketAddr>) {
+            Some(Ok(target)) => {
+                relay.retarget(target);
+                "ok".to_owned()
+            }
+            _ => format!("cannot parse {line:?}"),
+        };
+        writeln!(out, "{answer}").map_err(|e| e.to_string())?;
+        out.flush().map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Everything one run needs: Tansu (behind the relay in the WAN case) and
+/// the front of the path, if any.
+#[derive(Debug)]
+struct Setup {
+    relay: Option<RelayProc>,
+    tansu: Proc,
+    front: Option<Proc>,
+    /// Where the clients connect.
+    bootstrap: String,
+}
+
+impl Setup {
+    /// Starts the processes of `way` and creates `topics` (name,
+    /// partitions) on Tansu before the front starts.
+    fn start(knobs: &Knobs, net: &Net, way: Way, dir: &Path, topics: &[(&str, i32)]) -> Res<Setup> {
+        let mut relay = match net.one_way {
+            Some(d) => Some(RelayProc::start(d, &dir.join("relay.log")).map_err(|e| format!("relay: {e}"))?),
+            None => None,
+        };
+        let advertised = relay.as_ref().map(|r| r.port);
+        let (tansu, tansu_port) = common::start_server("tansu", &dir.join("tansu.log"), |port| {
+            let listen = format!("tcp://127.0.0.1:{port}");
+            let advertised = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
+            let mut c = common::tansu_command(&knobs.tansu_bin, dir);
+            c.arg("broker")
+                .args([
+                    "--listener-url",
+                    &listen,
+                    "--advertised-listener-url",
+                    &advertised,
+                ])
+                .args(["--storage-engine", "memory://tansu/"]);
+            c
+        })?;
+        let upstream_port = match &mut relay {
+            Some(r) => {
+                r.retarget(([127, 0, 0, 1], tansu_port).into())?;
+                support::api_versions_ping(([127, 0, 0, 1], r.port).into(), Duration::from_secs(5))
+                    .map_err(|e| format!("Tansu through the relay: {e}"))?;
+                r.port
+            }
+            None => tansu_port,
+        };
+        let upstream = format!("127.0.0.1:{upstream_port}");
+        for &(topic, partitions) in topics {
+            common::create_topic(
+                &format!("127.0.0.1:{tansu_port}"),
+                topic,
+                partitions,
+                "router-bench-admin",
+            )
+            .map_err(|e| format!("creating {topic} on Tansu: {e}"))?;
+        }
+        let (front, bootstrap) = match way {
+            Way::Direct => (None, upstream.clone()),
+            Way::Strait => {
+                let config = dir.join("strait.yaml");
+                fs::write(
+                    &config,
+                    format!(
+                        "# The router benchmark: every topic to the one upstream, names unchanged.\n\
+                         clusters:\n  up: {{ bootstrap: [\"{upstream}\"] }}\n\
+                         routes:\n  - {{ regex: \".*\", to: up }}\n"
+                    ),
+                )
+                .map_err(|e| format!("writing {}: {e}", config.display()))?;
+                let check = Command::new(&knobs.strait_bin)
+                    .args(["check", "--config"])
+                    .arg(&config)
+                    .output()
+                    .map_err(|e| format!("strait check: {e}"))?;
+                if !check.status.success() {
+                    return Err(format!(
+                        "strait check --config {} failed ({}): {}",
+                        config.display(),
+                        check.status,
+                        String::from_utf8_lossy(&check.stderr).trim()
+                    ));
+                }
+                let data = dir.join("strait-data");
+                let (proc, port) = common::start_server("strait", &dir.join("strait.log"), |port| {
+                    let mut c = Command::new(&knobs.strait_bin);
+                    c.arg("serve")
+                        .args(["--listen", &format!("127.0.0.1:{port}")])
+                        .arg("--data-dir")
+                        .arg(&data)
+                        .arg("--config")
+                        .arg(&config)
+                        .current_dir(dir);
+                    c
+                })?;
+                (Some(proc), format!("127.0.0.1:{port}"))
+            }
+            Way::Proxy => {
+                let (proc, port) = common::start_server("tansu proxy", &dir.join("proxy.log"), |port| {
+                    let url = format!("tcp://127.0.0.1:{port}");
+                    let mut c = common::tansu_command(&knobs.tansu_bin, dir);
+                    c.arg("proxy")
+                        .args(["--listener-url", &url, "--advertised-listener-url", &url])
+                        .args(["--origin-url", &format!("tcp://{upstream}")]);
+                    c
+                })?;
+                (Some(proc), format!("127.0.0.1:{port}"))
+            }
+        };
+        Ok(Setup {
+            relay,
+            tansu,
+            front,
+            bootstrap,
+        })
+    }
+
+    fn sample(&self) -> CpuSample {
+        CpuSample::take([
+            self.tansu.cpu_ticks(),
+            self.front.as_ref().and_then(Proc::cpu_ticks),
+            self.relay.as_ref().and_then(|r| r.proc.cpu_ticks()),
+        ])
+    }
+
+    /// Appends which process has exited, if any, to an error.
+    fn explain(&mut self, e: String) -> String {
+        let mut gone = Vec::new();
+        if let Some(s) = self.tansu.exited() {
+            gone.push(format!("tansu exited: {s}"));
+        }
+        if let Some(s) = self.front.as_mut().and_then(Proc::exited) {
+            gone.push(format!("the front exited: {s}"));
+        }
+        if let Some(s) = self.relay.as_mut().and_then(|r| r.proc.exited()) {
+            gone.push(format!("the relay exited: {s}"));
+        }
+        if gone.is_empty() {
+            e
+        } else {
+            format!("{e} ({})", gone.join("; "))
+        }
+    }
+
+    /// Stops everything; Strait with SIGTERM (a slow or failed shutdown is
+    /// a note), the rest killed.
+    fn finish(mut self, way: Way, notes: &mut Vec<String>) {
+        if let Some(s) = self.tansu.exited() {
+            notes.push(format!("tansu exited during the run ({s})"));
+        }
+        if let Some(front) = &mut self.front {
+            if let Some(s) = front.exited() {
+                notes.push(format!("{} exited during the run ({s})", way.name()));
+            } else if way == Way::Strait {
+                match front.stop() {
+                    Ok(d) if d > Duration::from_secs(2) => {
+                        notes.push(format!("Strait's SIGTERM shutdown took {:.1} s", d.as_secs_f64()))
+                    }
+                    Ok(_) => {}
+                    Err(e) => notes.push(format!("Strait's shutdown: {e}")),
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// CPU accounting and figures
+
+/// CPU counters of Tansu, the front (Strait or the proxy) and the relay
+/// (in `CpuUse::procs`, at `TANSU`, `FRONT` and `RELAY`), this process (the
+/// librdkafka clients) and the machine.
+type CpuSample = common::CpuSample<3>;
+type CpuUse = common::CpuUse<3>;
+const TANSU: usize = 0;
+const FRONT: usize = 1;
+const RELAY: usize = 2;
+
+fn describe_cpu(cpu: &CpuUse, way: Way) -> String {
+    cpu.describe(["tansu", way.name(), "relay"])
+}
+
+// ---------------------------------------------------------------------------
+// One run
+
+/// One throughput phase's figures.
+type Throughput = common::Throughput<3>;
+
+fn describe_throughput(t: &Throughput, way: Way) -> String {
+    format!(
+        "{:.0} rec/s {:.1} MB/s ({} records in {:.2} s; {})",
+        t.records_per_sec(),
+        t.mb_per_sec(),
+        t.records,
+        t.secs,
+        describe_cpu(&t.cpu, way)
+    )
+}
+
+fn describe_stats(s: &Stats) -> String {
+    format!("p50 {:.3} ms, p99 {:.3} ms, max {:.1} ms", s.p50, s.p99, s.max)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Latency {
+    /// Records measured (after the warm-up).
+    records: u64,
+    /// Records per second sent.
+    achieved: f64,
+    /// How far behind its schedule the producer fell at worst.
+    behind_ms: f64,
+    produce: Stats,
+    fetch: Stats,
+    cpu: CpuUse,
+}
+
+#[derive(Debug)]
+struct ThroughputRun {
+    produce: Res<Throughput>,
+    consume: Res<Throughput>,
+    notes: Vec<String>,
+    logs: Vec<(String, PathBuf)>,
+}
+
+#[derive(Debug)]
+struct LatencyRun {
+    latency: Res<Latency>,
+    notes: Vec<String>,
+    logs: Vec<(String, PathBuf)>,
+}
+
+/// One pipelining run: a producer for each in-flight limit, one after the
+/// other, each to a topic of its own.
+#[derive(Debug)]
+struct PipelineRun {
+    /// The in-flight limit (none: librdkafka's default) and its producer's
+    /// throughput, in the order they ran.
+    produce: Vec<(Option<u32>, Res<Throughput>)>,
+    notes: Vec<String>,
+    logs: Vec<(String, PathBuf)>,
+}
+
+/// "1", "5", "default (1000000)".
+fn in_flight_name(in_flight: Option<u32>) -> String {
+    in_flight.map_or_else(|| format!("default ({DEFAULT_IN_FLIGHT})"), |n| n.to_string())
+}
+
+/// The logs of a run's processes, to show when something failed.
+fn run_logs(dir: &Path, way: Way, net: &Net) -> Vec<(String, PathBuf)> {
+    let mut logs = Vec::new();
+    match way {
+        Way::Strait => logs.push(("strait".into(), dir.join("strait.log"))),
+        Way::Proxy => logs.push(("proxy".into(), dir.join("proxy.log"))),
+        Way::Direct => {}
+    }
+    logs.push(("tansu".into(), dir.join("tansu.log")));
+    if !net.is_loopback() {
+        logs.push(("relay".into(), dir.join("relay.log")));
+    }
+    logs
+}
+
+fn print_notes_and_logs(indent: usize, failed: bool, notes: &[String], logs: &[(String, PathBuf)]) {
+    for n in notes {
+        println!("{:indent$}note: {n}", "");
+    }
+    if failed
+        || notes
+            .iter()
+            .any(|n| n.contains("exited") || n.contains("shutdown"))
+    {
+        for (what, log) in logs {
+            println!("{}", common::log_excerpt(what, log, 4, 10, 12));
+        }
+    }
+}
+
+fn throughput_run(knobs: &Knobs, net: &Net, way: Way, dir: &Path, rep: usize, clk: f64) -> ThroughputRun {
+    let topic = format!("router-{}-{}-{rep}", net.slug, way.name());
+    let logs = run_logs(dir, way, net);
+    let mut setup = match Setup::start(knobs, net, way, dir, &[(&topic, PARTITIONS)]) {
+        Ok(s) => s,
+        Err(e) => {
+            let e = format!("setup: {e}");
+            return ThroughputRun {
+                produce: Err(e.clone()),
+                consume: Err(e),
+                notes: Vec::new(),
+                logs,
+            };
+        }
+    };
+    let mut notes = Vec::new();
+    let before = setup.sample();
+    let produced = produce_throughput(knobs, &setup.bootstrap, &topic, net.records, &mut notes);
+    let after = setup.sample();
+    let produce = match &produced {
+        Ok((secs, _)) => Ok(Throughput {
+            cpu: before.until(&after, clk),
+            ..Throughput::new(net.records, *secs)
+        }),
+        Err(e) => Err(setup.explain(e.clone())),
+    };
+    let consume = match &produced {
+        Ok((_, per_partition)) => {
+            let before = setup.sample();
+            let consumed = consume_throughput(&setup.bootstrap, &topic, per_partition, &mut notes);
+            let after = setup.sample();
+            match consumed {
+                Ok(secs) => Ok(Throughput {
+                    cpu: before.until(&after, clk),
+                    ..Throughput::new(per_partition.iter().sum(), secs)
+                }),
+                Err(e) => Err(setup.explain(e)),
+            }
+        }
+        Err(_) => Err("skipped: produce failed".into()),
+    };
+    setup.finish(way, &mut notes);
+    if !knobs.keep {
+        let _ = fs::remove_dir_all(dir.join("strait-data"));
+    }
+    ThroughputRun {
+        produce,
+        consume,
+        notes,
+        logs,
+    }
+}
+
+fn latency_run(
+    knobs: &Knobs,
+    net: &Net,
+    way: Way,
+    dir: &Path,
+    rep: usize,
+    rate: u64,
+    clk: f64,
+) -> LatencyRun {
+    let topic = format!("router-{}-latency-{}-{rep}", net.slug, way.name());
+    let logs = run_logs(dir, way, net);
+    let mut notes = Vec::new();
+    let latency = match Setup::start(knobs, net, way, dir, &[(&topic, PARTITIONS)]) {
+        Err(e) => Err(format!("setup: {e}")),
+        Ok(mut setup) => {
+            let before = setup.sample();
+            let result = measure_latency(knobs, &setup.bootstrap, &topic, rate, &mut notes);
+            let after = setup.sample();
+            let result = result
+                .map(|l| Latency {
+                    cpu: before.until(&after, clk),
+                    ..l
+                })
+                .map_err(|e| setup.explain(e));
+            setup.finish(way, &mut notes);
+            result
+        }
+    };
+    if !knobs.keep {
+        let _ = fs::remove_dir_all(dir.join("strait-data"));
+    }
+    LatencyRun { latency, notes, logs }
+}
+
+/// The pipelining run of `way` (see the module docs): one setup, a fresh
+/// topic of `PIPELINE_PARTITIONS` for each in-flight limit, the limits in
+/// `IN_FLIGHT` order in odd repetitions and reversed in even ones.
+fn pipeline_run(knobs: &Knobs, net: &Net, way: Way, dir: &Path, rep: usize, clk: f64) -> PipelineRun {
+    let mut limits = IN_FLIGHT;
+    if rep.is_multiple_of(2) {
+        limits.reverse();
+    }
+    let topics: Vec<String> = limits
+        .iter()
+        .map(|n| {
+            let n = n.map_or_else(|| "default".to_owned(), |n| n.to_string());
+            format!("router-{}-pipeline-{}-{rep}-{n}", net.slug, way.name())
+        })
+        .collect();
+    let logs = run_logs(dir, way, net);
+    let mut notes = Vec::new();
+    let specs: Vec<(&str, i32)> = topics.iter().map(|t| (t.as_str(), PIPELINE_PARTITIONS)).collect();
+    let produce = match Setup::start(knobs, net, way, dir, &specs) {
+        Err(e) => {
+            let e = format!("setup: {e}");
+            limits.iter().map(|&n| (n, Err(e.clone()))).collect()
+        }
+        Ok(mut setup) => {
+            let mut produce = Vec::new();
+            for (&n, topic) in limits.iter().zip(&topics) {
+                let result = pipelined_producer(knobs, &setup.bootstrap, topic, n).and_then(|producer| {
+                    let before = setup.sample();
+                    let (secs, _) = common::produce_records(
+                        &producer,
+                        topic,
+                        knobs.pipeline_records,
+                        PIPELINE_PARTITIONS,
+                    )?;
+                    let after = setup.sample();
+                    let what = format!("producer (in flight {})", in_flight_name(n));
+                    note_client_errors(
+                        &what,
+                        &producer.context().state.lock().unwrap().client_errors,
+                        &mut notes,
+                    );
+                    Ok(Throughput {
+                        cpu: before.until(&after, clk),
+                        ..Throughput::new(knobs.pipeline_records, secs)
+                    })
+                });
+                produce.push((n, result.map_err(|e| setup.explain(e))));
+            }
+            setup.finish(way, &mut notes);
+            produce
+        }
+    };
+    if !knobs.keep {
+        let _ = fs::remove_dir_all(dir.join("strait-data"));
+    }
+    PipelineRun { produce, notes, logs }
+}
+
+// ---------------------------------------------------------------------------
+// The load generator
+
+/// A note about errors librdkafka reported although the phase went
+/// through (reconnections, request timeouts, ...).
+fn note_client_errors(what: &str, errors: &[String], notes: &mut Vec<String>) {
+    if let Some(first) = errors.first() {
+        notes.push(format!(
+            "{what}: {} client error report(s), first: {first}",
+            errors.len()
+        ));
+    }
+}
+
+/// A producer with the bench's settings (and `in_flight` as
+/// `max.in.flight.requests.per.connection`, if set), connected and knowing
+/// the leaders of `topic`'s `partitions` (checked to go through
+/// `bootstrap` alone) before the clock starts.
+fn producer(
+    knobs: &Knobs,
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    in_flight: Option<u32>,
+    deliveries: Deliveries,
+) -> Res<ThreadedProducer<Deliveries>> {
+    let mut config =
+        common::producer_config(bootstrap, "router-bench-producer", &knobs.acks, knobs.linger_ms);
+    if let Some(n) = in_flight {
+        config.set("max.in.flight.requests.per.connection", n.to_string());
+    }
+    let producer: ThreadedProducer<Deliveries> = config
+        .create_with_context(deliveries)
+        .map_err(|e| format!("producer: {e}"))?;
+    common::topic_ready(producer.client(), topic, partitions, Some(bootstrap))
+        .map_err(|e| format!("producer: {e}"))?;
+    Ok(producer)
+}
+
+/// Produces `records` records; returns the seconds from the first send to
+/// the last delivery and how many records each partition took.
+fn produce_throughput(
+    knobs: &Knobs,
+    bootstrap: &str,
+    topic: &str,
+    records: u64,
+    notes: &mut Vec<String>,
+) -> Res<(f64, Vec<u64>)> {
+    let deliveries = Deliveries::new(Instant::now(), false, PARTITIONS);
+    let producer = producer(knobs, bootstrap, topic, PARTITIONS, None, deliveries)?;
+    let produced = common::produce_records(&producer, topic, records, PARTITIONS)?;
+    note_client_errors(
+        "producer",
+        &producer.context().state.lock().unwrap().client_errors,
+        notes,
+    );
+    Ok(produced)
+}
+
+/// The producer of a pipelining run: the bench's settings with `in_flight`
+/// requests in flight at most (none: librdkafka's default), its connection
+/// to the partition's leader open: one record sent and delivered before
+/// the clock starts.
+fn pipelined_producer(
+    knobs: &Knobs,
+    bootstrap: &str,
+    topic: &str,
+    in_flight: Option<u32>,
+) -> Res<ThreadedProducer<Deliveries>> {
+    let deliveries = Deliveries::new(Instant::now(), false, PIPELINE_PARTITIONS);
+    let producer = producer(
+        knobs,
+        bootstrap,
+        topic,
+        PIPELINE_PARTITIONS,
+        in_flight,
+        deliveries,
+    )?;
+    send(&producer, topic, &payload(), 0, 0)?;
+    producer
+        .context()
+        .wait_for(1)
+        .map_err(|e| format!("the first record: {e}"))?;
+    Ok(producer)
+}
+
+/// A consumer assigned every partition of `topic` from the beginning,
+/// after its metadata was checked.
+fn consumer(bootstrap: &str, topic: &str, client_id: &str) -> Res<BaseConsumer<ConsumerErrors>> {
+    let consumer = common::consumer(bootstrap, topic, client_id)?;
+    // Connect and learn the leaders first: assigned before it knows them,
+    // librdkafka retries its offset lookup only after 500 ms.
+    common::topic_ready(consumer.client(), topic, PARTITIONS, Some(bootstrap))
+        .map_err(|e| format!("consumer: {e}"))?;
+    common::assign_all(&consumer, topic, PARTITIONS)?;
+    Ok(consumer)
+}
+
+/// Reads every partition from the beginning until `expected[p]` records of
+/// each partition `p` were read; the seconds from the assignment to the
+/// last record.
+fn consume_throughput(bootstrap: &str, topic: &str, expected: &[u64], notes: &mut Vec<String>) -> Res<f64> {
+    // The clock starts at the assignment, which consumer() makes last.
+    let consumer = consumer(bootstrap, topic, "router-bench-consumer")?;
+    let read = common::read_all(&consumer, Instant::now(), expected)?;
+    note_client_errors("consumer", &consumer.context().0.lock().unwrap(), notes);
+    if let Some(e) = read.poll_error {
+        notes.push(format!("consumer: a poll returned an error: {e}"));
+    }
+    Ok(read.secs)
+}
+
+/// The latency run: records paced at `rate` per second with a consumer
+/// polling through the same path (see the module docs).
+fn measure_latency(
+    knobs: &Knobs,
+    bootstrap: &str,
+    topic: &str,
+    rate: u64,
+    notes: &mut Vec<String>,
+) -> Res<Latency> {
+    let base = Instant::now();
+    let warmup = rate * knobs.warmup_secs;
+    let total = warmup + rate * knobs.latency_secs;
+    let warmup_end_ns = knobs.warmup_secs * 1_000_000_000;
+
+    // The consumer, in a thread of its own, assigned before anything is sent.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = mpsc::channel::<Res<()>>();
+    let reader = {
+        let (bootstrap, topic, stop) = (bootstrap.to_owned(), topic.to_owned(), stop.clone());
+        thread::spawn(move || read_stamped(&bootstrap, &topic, base, total, &stop, ready_tx))
+    };
+    let ready = ready_rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| Err("the latency consumer did not get ready within 60 s".into()));
+    if let Err(e) = ready {
+        stop.store(true, Ordering::Relaxed);
+        let _ = reader.join();
+        return Err(format!("latency consumer: {e}"));
+    }
+    // Let its first fetches reach the broker (and wait there) first.
+    thread::sleep(Duration::from_millis(500));
+
+    let sent = (|| -> Res<(ThreadedProducer<Deliveries>, f64, f64)> {
+        let producer = producer(
+            knobs,
+            bootstrap,
+            topic,
+            PARTITIONS,
+            None,
+            Deliveries::new(base, true, PARTITIONS),
+        )?;
+        let mut value = payload();
+        let start = Instant::now();
+        let mut behind = Duration::ZERO;
+        for i in 0..total {
+            let due = start + Duration::from_nanos(i * 1_000_000_000 / rate);
+            let now = Instant::now();
+            if due > now + Duration::from_micros(100) {
+                thread::sleep(due - now);
+            } else if now > due {
+                behind = behind.max(now - due);
+                if behind > MAX_BEHIND {
+                    return Err(format!(
+                        "cannot carry {rate} records/s: {} s behind its schedule after {i} of {total} records \
+                         ({:.0} records/s sent)",
+                        MAX_BEHIND.as_secs(),
+                        i as f64 / start.elapsed().as_secs_f64()
+                    ));
+                }
+            }
+            // The send time, since `base`: in the value for the consumer, as
+            // the opaque for the delivery report.
+            let stamp = (Instant::now() - base).as_nanos() as u64;
+            value[..8].copy_from_slice(&stamp.to_le_bytes());
+            send(&producer, topic, &value, (i % PARTITIONS as u64) as i32, stamp)?;
+        }
+        let achieved = total as f64 / start.elapsed().as_secs_f64();
+        producer.context().wait_for(total)?;
+        Ok((producer, achieved, behind.as_secs_f64() * 1e3))
+    })();
+    let (producer, achieved, behind_ms) = match sent {
+        Ok(s) => s,
+        Err(e) => {
+            stop.store(true, Ordering::Relaxed);
+            let _ = reader.join();
+            return Err(format!("producer: {e}"));
+        }
+    };
+    let read = reader
+        .join()
+        .map_err(|_| "the latency consumer panicked".to_owned())?
+        .map_err(|e| format!("latency consumer: {e}"))?;
+    let (fetched, consumer_errors) = read;
+    note_client_errors("latency consumer", &consumer_errors, notes);
+    let st = producer.context().state.lock().unwrap();
+    note_client_errors("latency producer", &st.client_errors, notes);
+
+    // Measured: what was sent after the warm-up, counted from the first send.
+    let first_send = st.latencies.iter().map(|(s, _)| *s).min().unwrap_or(0);
+    let measured = |sent: u64| sent >= first_send + warmup_end_ns;
+    let produce = Stats::of(
+        st.latencies
+            .iter()
+            .filter(|(s, _)| measured(*s))
+            .map(|(_, l)| *l as f64 / 1e6)
+            .collect(),
+    )
+    .ok_or("no produce latencies after the warm-up")?;
+    let fetch_ms: Vec<f64> = fetched
+        .iter()
+        .filter(|(s, _)| measured(*s))
+        .map(|(_, l)| *l as f64 / 1e6)
+        .collect();
+    let records = fetch_ms.len() as u64;
+    let fetch = Stats::of(fetch_ms).ok_or("no fetch latencies after the warm-up")?;
+    if behind_ms > 100.0 {
+        notes.push(format!(
+            "the producer fell {behind_ms:.0} ms behind its schedule of {rate} records/s (sent {achieved:.0}/s)"
+        ));
+    }
+    Ok(Latency {
+        records,
+        achieved,
+        behind_ms,
+        produce,
+        fetch,
+        cpu: CpuUse::default(),
+    })
+}
+
+/// The latency run's consumer: reads `total` stamped records and returns
+/// (stamp, poll time minus stamp) of each, in nanoseconds, and the
+/// client's error reports.
+type Stamped = (Vec<(u64, u64)>, Vec<String>);
+
+fn read_stamped(
+    bootstrap: &str,
+    topic: &str,
+    base: Instant,
+    total: u64,
+    stop: &AtomicBool,
+    ready: mpsc::Sender<Res<()>>,
+) -> Res<Stamped> {
+    let consumer = match consumer(bootstrap, topic, "router-bench-latency") {
+        Ok(c) => {
+            let _ = ready.send(Ok(()));
+            c
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e.clone()));
+            return Err(e);
+        }
+    };
+    let mut next_offset = vec![-1i64; PARTITIONS as usize];
+    let mut out = Vec::with_capacity(total as usize);
+    let mut progress = Instant::now();
+    let mut last_error = None;
+    while (out.len() as u64) < total && !stop.load(Ordering::Relaxed) {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                let now = (Instant::now() - base).as_nanos() as u64;
+                let p = m.partition() as usize;
+                if p >= next_offset.len() || m.offset() < next_offset[p] {
+                    continue;
+                }
+                next_offset[p] = m.offset() + 1;
+                let Some(stamp) = m
+                    .payload()
+                    .and_then(|v| v.get(..8))
+                    .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+                else {
+                    return Err(format!("a record of {topic} without a stamp"));
+                };
+                out.push((stamp, now.saturating_sub(stamp)));
+                progress = Instant::now();
+            }
+            Some(Err(e)) => last_error = Some(e.to_string()),
+            None => {}
+        }
+        // Before the first record the producer may still be starting.
+        if progress.elapsed() > STALL + if out.is_empty() { STALL } else { Duration::ZERO } {
+            let errors = consumer.context().0.lock().unwrap();
+            return Err(format!(
+                "stalled: {} of {total} records read, none for {} s{}{}",
+                out.len(),
+                STALL.as_secs(),
+                last_error.map_or_else(String::new, |e| format!("; last poll error: {e}")),
+                client_errors(&errors)
+            ));
+        }
+    }
+    if (out.len() as u64) < total {
+        return Err(format!("stopped after {} of {total} records", out.len()));
+    }
+    let errors = consumer.context().0.lock().unwrap().clone();
+    Ok((out, errors))
+}
+
+// ---------------------------------------------------------------------------
+// A network case
+
+#[derive(Debug)]
+struct CaseReport {
+    net: Net,
+    throughput: Vec<(Way, ThroughputRun)>,
+    /// The latency runs' rate, or why there is none.
+    rate: Res<(u64, String)>,
+    latency: Vec<(Way, LatencyRun)>,
+    /// Whether the case measures pipelining (and its runs).
+    pipelined: bool,
+    pipeline: Vec<(Way, PipelineRun)>,
+    dirs: Vec<(Way, PathBuf)>,
+}
+
+/// The paths of repetition `rep`, in the order they run.
+fn order(rep: usize, ways: &[Way]) -> Vec<Way> {
+    let mut order: Vec<Way> = Way::ALL.into_iter().filter(|w| ways.contains(w)).collect();
+    if rep % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
+fn run_case(knobs: &Knobs, net: &Net, dir: &Path, clk: f64) -> CaseReport {
+    println!("==> {}: throughput, {} records per run", net.title, net.records);
+    let mut report = CaseReport {
+        net: net.clone(),
+        throughput: Vec::new(),
+        rate: Err("not measured".into()),
+        latency: Vec::new(),
+        pipelined: !net.is_loopback() && knobs.pipeline,
+        pipeline: Vec::new(),
+        dirs: Vec::new(),
+    };
+    for rep in 0..knobs.repeat {
+        for way in order(rep, &knobs.ways) {
+            let run_dir = dir.join(format!("throughput-{}-{}", way.name(), rep + 1));
+            let run = match fs::create_dir_all(&run_dir) {
+                Ok(()) => throughput_run(knobs, net, way, &run_dir, rep + 1, clk),
+                Err(e) => ThroughputRun {
+                    produce: Err(format!("creating {}: {e}", run_dir.display())),
+                    consume: Err("skipped".into()),
+                    notes: Vec::new(),
+                    logs: Vec::new(),
+                },
+            };
+            let w = way.name().len() + 8;
+            let show = |r: &Res<Throughput>| match r {
+                Ok(t) => describe_throughput(t, way),
+                Err(e) => format!("n/a: {e}"),
+            };
+            println!("{} run {}: produce {}", way.name(), rep + 1, show(&run.produce));
+            println!("{:w$}consume {}", "", show(&run.consume));
+            let failed = run.produce.is_err() || run.consume.is_err();
+            print_notes_and_logs(w, failed, &run.notes, &run.logs);
+            report.dirs.push((way, run_dir));
+            report.throughput.push((way, run));
+        }
+    }
+
+    report.rate = match knobs.latency_rate {
+        Some(r) => Ok((r, "ROUTER_BENCH_LATENCY_RATE".into())),
+        None => {
+            let direct: Vec<f64> = report
+                .throughput
+                .iter()
+                .filter(|(w, _)| *w == Way::Direct)
+                .filter_map(|(_, r)| r.produce.as_ref().ok().map(Throughput::records_per_sec))
+                .collect();
+            match median(direct) {
+                Some(max) => Ok((
+                    ((max / 2.0) as u64).max(1),
+                    format!("half of the direct path's median produce rate, {max:.0} records/s"),
+                )),
+                None => Err("no direct produce rate to halve (ROUTER_BENCH_LATENCY_RATE sets one)".into()),
+            }
+        }
+    };
+    match &report.rate {
+        Ok((rate, why)) => println!(
+            "==> {}: latency at {rate} records/s ({why}), {} s + {} s unmeasured per run",
+            net.title, knobs.latency_secs, knobs.warmup_secs
+        ),
+        Err(e) => println!("==> {}: latency runs skipped: {e}", net.title),
+    }
+    if let Ok((rate, _)) = report.rate.clone() {
+        for rep in 0..knobs.repeat {
+            for way in order(rep, &knobs.ways) {
+                let run_dir = dir.join(format!("latency-{}-{}", way.name(), rep + 1));
+                let run = match fs::create_dir_all(&run_dir) {
+                    Ok(()) => latency_run(knobs, net, way, &run_dir, rep + 1, rate, clk),
+                    Err(e) => LatencyRun {
+                        latency: Err(format!("creating {}: {e}", run_dir.display())),
+                        notes: Vec::new(),
+                        logs: Vec::new(),
+                    },
+                };
+                let w = way.name().len() + 8;
+                match &run.latency {
+                    Ok(l) => {
+                        println!(
+                            "{} run {}: produce {}; {} records measured at {:.0}/s (at most {:.1} ms behind)",
+                            way.name(),
+                            rep + 1,
+                            describe_stats(&l.produce),
+                            l.records,
+                            l.achieved,
+                            l.behind_ms
+                        );
+                        println!(
+                            "{:w$}fetch   {} ({})",
+                            "",
+                            describe_stats(&l.fetch),
+                            describe_cpu(&l.cpu, way)
+                        );
+                    }
+                    Err(e) => println!("{} run {}: latency n/a: {e}", way.name(), rep + 1),
+                }
+                print_notes_and_logs(w, run.latency.is_err(), &run.notes, &run.logs);
+                report.dirs.push((way, run_dir));
+                report.latency.push((way, run));
+            }
+        }
+    }
+    if report.pipelined {
+        run_pipeline(knobs, net, dir, clk, &mut report);
+    } else if !net.is_loopback() {
+        println!("==> {}: no pipelining runs (ROUTER_BENCH_PIPELINE=0)", net.title);
+    }
+    report
+}
+
+/// The pipelining runs of a case, direct and through Strait.
+fn run_pipeline(knobs: &Knobs, net: &Net, dir: &Path, clk: f64, report: &mut CaseReport) {
+    let ways: Vec<Way> = knobs.ways.iter().copied().filter(|w| *w != Way::Proxy).collect();
+    println!(
+        "==> {}: pipelining, {} records per producer to a topic of {PIPELINE_PARTITIONS} partition, \
+         max.in.flight.requests.per.connection {}",
+        net.title,
+        knobs.pipeline_records,
+        IN_FLIGHT.map(in_flight_name).join(", ")
+    );
+    if ways.is_empty() {
+        println!("(ROUTER_BENCH_PATHS has neither direct nor strait: no pipelining runs)");
+    }
+    for rep in 0..knobs.repeat {
+        for way in order(rep, &ways) {
+            let run_dir = dir.join(format!("pipeline-{}-{}", way.name(), rep + 1));
+            let run = match fs::create_dir_all(&run_dir) {
+                Ok(()) => pipeline_run(knobs, net, way, &run_dir, rep + 1, clk),
+                Err(e) => PipelineRun {
+                    produce: IN_FLIGHT
+                        .iter()
+                        .map(|&n| (n, Err(format!("creating {}: {e}", run_dir.display()))))
+                        .collect(),
+                    notes: Vec::new(),
+                    logs: Vec::new(),
+                },
+            };
+            let w = way.name().len() + 8;
+            for (i, (n, r)) in run.produce.iter().enumerate() {
+                let lead = if i == 0 {
+                    format!("{} run {}: ", way.name(), rep + 1)
+                } else {
+                    " ".repeat(w)
+                };
+                let figures = match r {
+                    Ok(t) => describe_throughput(t, way),
+                    Err(e) => format!("n/a: {e}"),
+                };
+                println!("{lead}in flight {}: {figures}", in_flight_name(*n));
+            }
+            let failed = run.produce.iter().any(|(_, r)| r.is_err());
+            print_notes_and_logs(w, failed, &run.notes, &run.logs);
+            report.dirs.push((way, run_dir));
+            report.pipeline.push((way, run));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The report
+
+/// A metric of the table: its name, whether higher is better, and its
+/// value in a run.
+type Metric<'a> = (&'a str, bool, Box<dyn Fn(&CaseReport, Way) -> Vec<Res<f64>> + 'a>);
+
+/// The MB/s of a phase (produce or consume) in each throughput run of `way`.
+fn throughput_values(
+    r: &CaseReport,
+    way: Way,
+    phase: impl Fn(&ThroughputRun) -> &Res<Throughput>,
+) -> Vec<Res<f64>> {
+    r.throughput
+        .iter()
+        .filter(|(w, _)| *w == way)
+        .map(|(_, t)| {
+            phase(t)
+                .as_ref()
+                .map(Throughput::mb_per_sec)
+                .map_err(Clone::clone)
+        })
+        .collect()
+}
+
+fn latency_values(r: &CaseReport, way: Way, f: impl Fn(&Latency) -> f64) -> Vec<Res<f64>> {
+    let v: Vec<Res<f64>> = r
+        .latency
+        .iter()
+        .filter(|(w, _)| *w == way)
+        .map(|(_, l)| l.latency.as_ref().map(&f).map_err(Clone::clone))
+        .collect();
+    match (&r.rate, v.is_empty()) {
+        (Err(e), true) => vec![Err(e.clone())],
+        _ => v,
+    }
+}
+
+fn metrics<'a>() -> Vec<Metric<'a>> {
+    vec![
+        (
+            "produce MB/s",
+            true,
+            Box::new(|r, w| throughput_values(r, w, |t| &t.produce)),
+        ),
+        (
+            "consume MB/s",
+            true,
+            Box::new(|r, w| throughput_values(r, w, |t| &t.consume)),
+        ),
+        (
+            "produce latency p50 ms",
+            false,
+            Box::new(|r, w| latency_values(r, w, |l| l.produce.p50)),
+        ),
+        (
+            "produce latency p99 ms",
+            false,
+            Box::new(|r, w| latency_values(r, w, |l| l.produce.p99)),
+        ),
+        (
+            "fetch latency (end to end) p50 ms",
+            false,
+            Box::new(|r, w| latency_values(r, w, |l| l.fetch.p50)),
+        ),
+        (
+            "fetch latency (end to end) p99 ms",
+            false,
+            Box::new(|r, w| latency_values(r, w, |l| l.fetch.p99)),
+        ),
+    ]
+}
+
+/// The median of a metric over a path's runs.
+fn metric_value(r: &CaseReport, name: &str, way: Way) -> Option<f64> {
+    let m = metrics();
+    let (_, _, f) = m.iter().find(|(n, _, _)| *n == name)?;
+    median(f(r, way).into_iter().filter_map(Result::ok).collect())
+}
+
+impl CaseReport {
+    fn print_table(&self, knobs: &Knobs) {
+        println!(
+            "{}: median of {} runs per path; {} x {RECORD_BYTES} B records, {PARTITIONS} partitions, acks={}; \
+             latency at {}",
+            self.net.title,
+            knobs.repeat,
+            self.net.records,
+            knobs.acks,
+            match &self.rate {
+                Ok((rate, why)) => format!("{rate} records/s ({why})"),
+                Err(e) => format!("n/a ({e})"),
+            }
+        );
+        let mut reasons = Vec::new();
+        let mut rows = Vec::new();
+        for (name, higher_is_better, f) in metrics() {
+            let cells: Vec<Cell> = Way::ALL
+                .iter()
+                .map(|&w| {
+                    let format = |v: f64| {
+                        if higher_is_better {
+                            format!("{v:.1}")
+                        } else {
+                            format!("{v:.3}")
+                        }
+                    };
+                    cell(w.title(), f(self, w), &format, &mut reasons)
+                })
+                .collect();
+            let vs = |other: &Cell| match (cells[1].value, other.value) {
+                (Some(s), Some(o)) if higher_is_better && o > 0.0 => format!("{:.2} x", s / o),
+                (Some(s), Some(o)) if !higher_is_better => format!("{:+.3} ms", s - o),
+                _ => "n/a".into(),
+            };
+            let mut row = vec![name.to_owned()];
+            row.extend(cells.iter().map(|c| c.text.clone()));
+            row.push(vs(&cells[0]));
+            row.push(vs(&cells[2]));
+            rows.push(row);
+        }
+        print_rows(
+            &[
+                "metric",
+                "direct",
+                "Strait",
+                "proxy",
+                "Strait vs direct",
+                "Strait vs proxy",
+            ],
+            &rows,
+        );
+        println!("throughput: Strait / other (> 1 better); latency: Strait minus other (< 0 better)");
+        for (i, r) in reasons.iter().enumerate() {
+            println!("[{}] {r}", i + 1);
+        }
+        self.print_cpu();
+    }
+
+    /// The CPU use of a phase in each successful run of `way`.
+    fn cpu_of(&self, phase: &str, way: Way) -> Vec<CpuUse> {
+        let throughput = self.throughput.iter().filter(|(w, _)| *w == way).map(|(_, r)| r);
+        match phase {
+            "produce" => throughput
+                .filter_map(|r| r.produce.as_ref().ok().map(|t| t.cpu))
+                .collect(),
+            "consume" => throughput
+                .filter_map(|r| r.consume.as_ref().ok().map(|t| t.cpu))
+                .collect(),
+            _ => self
+                .latency
+                .iter()
+                .filter(|(w, _)| *w == way)
+                .filter_map(|(_, r)| r.latency.as_ref().ok().map(|l| l.cpu))
+                .collect(),
+        }
+    }
+
+    /// Median CPU seconds per phase and process.
+    fn print_cpu(&self) {
+        type Pick = fn(&CpuUse) -> Option<f64>;
+        let procs: Vec<(&str, Pick)> = {
+            let mut p: Vec<(&str, Pick)> = vec![
+                ("tansu", |c| c.procs[TANSU]),
+                ("front (Strait / proxy)", |c| c.procs[FRONT]),
+            ];
+            if !self.net.is_loopback() {
+                p.push(("relay", |c| c.procs[RELAY]));
+            }
+            p.push(("client (librdkafka, this process)", |c| c.client));
+            p.push(("other (rest of the machine)", |c| c.other));
+            p
+        };
+        let phases = ["produce", "consume", "latency run"];
+        let mut rows = Vec::new();
+        for phase in phases {
+            let per_way: Vec<Vec<CpuUse>> = Way::ALL.iter().map(|&w| self.cpu_of(phase, w)).collect();
+            for (proc, pick) in &procs {
+                let mut row = vec![format!("{phase}: {proc}")];
+                for (i, u) in per_way.iter().enumerate() {
+                    let v = median(u.iter().filter_map(pick).collect());
+                    row.push(match v {
+                        Some(v) => format!("{v:.2}"),
+                        None if Way::ALL[i] == Way::Direct && proc.starts_with("front") => "-".into(),
+                        None => "n/a".into(),
+                    });
+                }
+                rows.push(row);
+            }
+        }
+        println!(
+            "{}: CPU seconds per phase, medians of the successful runs",
+            self.net.title
+        );
+        print_rows(&["phase: process", "direct", "Strait", "proxy"], &rows);
+    }
+
+    /// WARN/ERROR lines in Strait's logs, and client errors per path.
+    fn print_log_summary(&self) {
+        let logs: Vec<PathBuf> = self
+            .dirs
+            .iter()
+            .filter(|(w, _)| *w == Way::Strait)
+            .map(|(_, dir)| dir.join("strait.log"))
+            .collect();
+        common::print_flagged_lines(
+            &format!("{}: Strait logs", self.net.title),
+            logs.iter().map(PathBuf::as_path),
+        );
+        for way in Way::ALL {
+            let notes: Vec<&String> = self
+                .throughput
+                .iter()
+                .filter(|(w, _)| *w == way)
+                .flat_map(|(_, r)| &r.notes)
+                .chain(
+                    self.latency
+                        .iter()
+                        .filter(|(w, _)| *w == way)
+                        .flat_map(|(_, r)| &r.notes),
+                )
+                .chain(
+                    self.pipeline
+                        .iter()
+                        .filter(|(w, _)| *w == way)
+                        .flat_map(|(_, r)| &r.notes),
+                )
+                .collect();
+            if !notes.is_empty() {
+                println!(
+                    "{}: {} notes on the {} path, first: {}",
+                    self.net.title,
+                    notes.len(),
+                    way.title(),
+                    notes[0]
+                );
+            }
+        }
+    }
+
+    /// The records/s of the pipelining producers with `in_flight`, one per
+    /// run of `way`.
+    fn pipeline_values(&self, way: Way, in_flight: Option<u32>) -> Vec<Res<f64>> {
+        self.pipeline
+            .iter()
+            .filter(|(w, _)| *w == way)
+            .flat_map(|(_, r)| &r.produce)
+            .filter(|(n, _)| *n == in_flight)
+            .map(|(_, t)| t.as_ref().map(Throughput::records_per_sec).map_err(Clone::clone))
+            .collect()
+    }
+
+    /// The median records/s with `in_flight` over the median with one
+    /// request in flight, on `way`.
+    fn pipeline_ratio(&self, way: Way, in_flight: Option<u32>) -> Option<f64> {
+        let rate = |n| {
+            median(
+                self.pipeline_values(way, n)
+                    .into_iter()
+                    .filter_map(Result::ok)
+                    .collect(),
+            )
+        };
+        rate(in_flight)
+            .zip(rate(Some(1)))
+            .filter(|(_, one)| *one > 0.0)
+            .map(|(n, one)| n / one)
+    }
+
+    /// The pipelining table: records/s per in-flight limit, direct and
+    /// through Strait, and the ratios to one request in flight.
+    fn print_pipeline_table(&self, knobs: &Knobs) {
+        println!(
+            "{}: pipelining, median of {} runs per path; {} x {RECORD_BYTES} B records per producer to a topic of \
+             {PIPELINE_PARTITIONS} partition, acks={}, linger.ms={}",
+            self.net.title, knobs.repeat, knobs.pipeline_records, knobs.acks, knobs.linger_ms
+        );
+        let ways = [Way::Direct, Way::Strait];
+        let mut reasons = Vec::new();
+        let mut rows = Vec::new();
+        for n in IN_FLIGHT {
+            let cells: Vec<Cell> = ways
+                .iter()
+                .map(|&w| {
+                    cell(
+                        w.title(),
+                        self.pipeline_values(w, n),
+                        &|v| format!("{v:.0}"),
+                        &mut reasons,
+                    )
+                })
+                .collect();
+            let vs = match (cells[1].value, cells[0].value) {
+                (Some(s), Some(d)) if d > 0.0 => format!("{:.2} x", s / d),
+                _ => "n/a".into(),
+            };
+            let mut row = vec![format!("in flight {}: records/s", in_flight_name(n))];
+            row.extend(cells.into_iter().map(|c| c.text));
+            row.push(vs);
+            rows.push(row);
+        }
+        for n in IN_FLIGHT.into_iter().filter(|n| *n != Some(1)) {
+            let mut row = vec![format!("in flight {} / in flight 1", in_flight_name(n))];
+            for w in ways {
+                row.push(
+                    self.pipeline_ratio(w, n)
+                        .map_or_else(|| "n/a".into(), |r| format!("{r:.2} x")),
+                );
+            }
+            row.push(String::new());
+            rows.push(row);
+        }
+        print_rows(
+            &[
+                "producer (max.in.flight.requests.per.connection)",
+                "direct",
+                "Strait",
+                "Strait vs direct",
+            ],
+            &rows,
+        );
+        println!(
+            "records/s from the first send to the last delivery report (one record delivered before); \
+             ratios of the medians"
+        );
+        for (i, r) in reasons.iter().enumerate() {
+            println!("[{}] {r}", i + 1);
+        }
+    }
+}
+
+/// The issue's goals, each met or missed.
+fn print_goals(reports: &[CaseReport]) {
+    println!("goals (the issue's):");
+    let verdict = |ok: Option<bool>| match ok {
+        Some(true) => "met",
+        Some(false) => "missed",
+        None => "n/a",
+    };
+    for r in reports {
+        let v = |name: &str, w: Way| metric_value(r, name, w);
+        for name in ["produce MB/s", "consume MB/s"] {
+            let (s, d) = (v(name, Way::Strait), v(name, Way::Direct));
+            let ratio = s.zip(d).filter(|(_, d)| *d > 0.0).map(|(s, d)| s / d);
+            println!(
+                "  {}: Strait {name} >= {GOAL_THROUGHPUT_RATIO} x direct: {} ({})",
+                r.net.title,
+                verdict(ratio.map(|x| x >= GOAL_THROUGHPUT_RATIO)),
+                ratio.map_or_else(|| "n/a".into(), |x| format!("{x:.2} x"))
+            );
+        }
+        if r.net.is_loopback() {
+            for name in ["produce latency p99 ms", "fetch latency (end to end) p99 ms"] {
+                let added = v(name, Way::Strait).zip(v(name, Way::Direct)).map(|(s, d)| s - d);
+                println!(
+                    "  {}: Strait adds <= {GOAL_ADDED_P99_MS} ms to the direct {name} at half the max load: {} ({})",
+                    r.net.title,
+                    verdict(added.map(|a| a <= GOAL_ADDED_P99_MS)),
+                    added.map_or_else(|| "n/a".into(), |a| format!("{a:+.3} ms"))
+                );
+            }
+        }
+        for (name, higher_is_better) in [
+            ("produce MB/s", true),
+            ("consume MB/s", true),
+            ("produce latency p99 ms", false),
+            ("fetch latency (end to end) p99 ms", false),
+        ] {
+            let sp = v(name, Way::Strait).zip(v(name, Way::Proxy));
+            let ahead = sp.map(|(s, p)| if higher_is_better { s > p } else { s < p });
+            println!(
+                "  {}: Strait ahead of tansu proxy, {name}: {} ({})",
+                r.net.title,
+                verdict(ahead),
+                match (v(name, Way::Strait), v(name, Way::Proxy)) {
+                    (Some(s), Some(p)) => format!("{s:.3} vs {p:.3}"),
+                    (s, p) => format!(
+                        "Strait {}, proxy {}",
+                        s.map_or_else(|| "n/a".into(), |s| format!("{s:.3}")),
+                        p.map_or_else(|| "n/a".into(), |p| format!("{p:.3}"))
+                    ),
+                }
+            );
+        }
+        if r.pipelined {
+            let ratio = |w| r.pipeline_ratio(w, Some(5));
+            let x = |r: Option<f64>| r.map_or_else(|| "n/a".into(), |r| format!("{r:.2} x"));
+            println!(
+                "  {}: a producer with 5 requests in flight gets about 5x (>= {GOAL_PIPELINE_RATIO}x) the \
+                 throughput of one at a time, through Strait: {} ({}; direct {})",
+                r.net.title,
+                verdict(ratio(Way::Strait).map(|x| x >= GOAL_PIPELINE_RATIO)),
+                x(ratio(Way::Strait)),
+                x(ratio(Way::Direct))
+            );
+        }
+    }
+}
