@@ -11,29 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use strait_spool::batch::build;
 use support::relay::Relay;
-use support::{kcat, raw, run_client, Strait, Tansu};
-
-/// A Strait whose `dc1.` topics live on `dc1` without the prefix, `legacy`
-/// on `dc2` as `legacy-v2`, and every other topic locally.
-fn routed_strait(dc1: &str, dc2: &str) -> (Strait, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("strait.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"clusters:
-  dc1: {{ bootstrap: ["{dc1}"] }}
-  dc2: {{ bootstrap: ["{dc2}"] }}
-routes:
-  - {{ prefix: "dc1.", to: dc1, strip_prefix: true }}
-  - {{ exact: legacy, to: dc2, as: legacy-v2 }}
-  - {{ regex: ".*", to: local }}
-"#
-        ),
-    )
-    .unwrap();
-    (Strait::start(&["--config", path.to_str().unwrap()]), dir)
-}
+use support::{committed, kcat, raw, routed_strait, run_client, Strait, Tansu};
 
 fn produce(script: &str, bootstrap: &str, topic: &str, count: usize, extra: &[&str]) {
     let count_s = count.to_string();
@@ -337,29 +315,6 @@ fn a_java_producer_writes_to_two_clusters_and_a_local_topic_under_one_producer_i
     }
 }
 
-/// The committed offsets of `group` on `topic`, read on `bootstrap` as an
-/// ordinary lag tool reads them (OffsetFetch).
-fn committed(bootstrap: &str, group: &str, topic: &str) -> BTreeMap<String, Option<u64>> {
-    let out = run_client(
-        "ck_admin.py",
-        &[
-            "--bootstrap",
-            bootstrap,
-            "committed",
-            "--topic",
-            topic,
-            "--group",
-            group,
-        ],
-    );
-    out["committed"]
-        .as_object()
-        .unwrap_or_else(|| panic!("{out}"))
-        .iter()
-        .map(|(p, o)| (p.clone(), o.as_u64()))
-        .collect()
-}
-
 #[test]
 fn a_group_spans_two_clusters_and_local_topics_and_commits_where_the_data_lives() {
     let dc1 = Tansu::start();
@@ -418,19 +373,19 @@ fn a_group_spans_two_clusters_and_local_topics_and_commits_where_the_data_lives(
     // their own names, for their own lag tools.
     let on_dc1 = committed(&dc1.bootstrap(), "span", "orders");
     assert_eq!(
-        on_dc1.values().map(|o| o.unwrap_or(0)).sum::<u64>(),
+        on_dc1.values().map(|o| o.unwrap_or(0)).sum::<i64>(),
         60,
         "{on_dc1:?}"
     );
     let on_dc2 = committed(&dc2.bootstrap(), "span", "legacy-v2");
     assert_eq!(
-        on_dc2.values().map(|o| o.unwrap_or(0)).sum::<u64>(),
+        on_dc2.values().map(|o| o.unwrap_or(0)).sum::<i64>(),
         60,
         "{on_dc2:?}"
     );
     let local = committed(&b, "span", "local-orders");
     assert_eq!(
-        local.values().map(|o| o.unwrap_or(0)).sum::<u64>(),
+        local.values().map(|o| o.unwrap_or(0)).sum::<i64>(),
         60,
         "{local:?}"
     );
@@ -563,7 +518,7 @@ fn a_delegated_group_is_run_by_its_cluster_and_served_by_two_straits() {
     // The commits are dc2's, under its topic name.
     let on_dc2 = committed(&dc2.bootstrap(), "dc2-shared", "legacy-v2");
     assert_eq!(
-        on_dc2.values().map(|o| o.unwrap_or(0)).sum::<u64>(),
+        on_dc2.values().map(|o| o.unwrap_or(0)).sum::<i64>(),
         200,
         "{on_dc2:?}"
     );

@@ -446,8 +446,10 @@ pub fn assert_one_batch(strait: &Strait, topic: &str, p: i32, codec: &str) {
 /// Collects delivery reports.
 #[derive(Default)]
 pub struct Deliveries {
-    acked: Mutex<Vec<(i32, i64, String)>>,
-    failed: Mutex<Vec<String>>,
+    /// (partition, offset, value) of every acknowledged record.
+    pub acked: Mutex<Vec<(i32, i64, String)>>,
+    /// What failed, with its value.
+    pub failed: Mutex<Vec<String>>,
 }
 
 impl ClientContext for Deliveries {}

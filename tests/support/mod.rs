@@ -1301,3 +1301,51 @@ pub fn acked(lines: &[String]) -> Acked {
     }
     out
 }
+
+/// A Strait whose `dc1.` topics live on `dc1` without the prefix, `legacy`
+/// on `dc2` as `legacy-v2`, and every other topic locally; groups are its
+/// own (the default `groups:`). The directory holds its configuration.
+pub fn routed_strait(dc1: &str, dc2: &str) -> (Strait, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("strait.yaml");
+    fs::write(
+        &path,
+        format!(
+            r#"clusters:
+  dc1: {{ bootstrap: ["{dc1}"] }}
+  dc2: {{ bootstrap: ["{dc2}"] }}
+routes:
+  - {{ prefix: "dc1.", to: dc1, strip_prefix: true }}
+  - {{ exact: legacy, to: dc2, as: legacy-v2 }}
+  - {{ regex: ".*", to: local }}
+"#
+        ),
+    )
+    .unwrap();
+    (Strait::start(&["--config", path.to_str().unwrap()]), dir)
+}
+
+/// The committed offsets of `group` on `topic` by partition, read on
+/// `bootstrap` as an ordinary lag tool reads them (OffsetFetch); `None`
+/// where the group has none.
+pub fn committed(bootstrap: &str, group: &str, topic: &str) -> std::collections::BTreeMap<i32, Option<i64>> {
+    let out = run_client(
+        "ck_admin.py",
+        &[
+            "--bootstrap",
+            bootstrap,
+            "committed",
+            "--topic",
+            topic,
+            "--group",
+            group,
+        ],
+    );
+    assert!(out["error"].is_null(), "committed {group} {topic}: {out}");
+    out["committed"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{out}"))
+        .iter()
+        .map(|(p, o)| (p.parse().expect("a partition number"), o.as_i64()))
+        .collect()
+}
