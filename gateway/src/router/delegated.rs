@@ -26,24 +26,20 @@ use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Request, StrBytes};
+use kafka_protocol::protocol::Request;
 use kafka_protocol::ResponseError;
 use strait_config::Destination;
 use strait_upstream::{Cluster, Throttled, UpstreamError};
 
 use super::consumer_protocol::{rename_assignment, rename_subscription};
 use super::session::Session;
-use super::{coordinator_code, name, Head, Pending, Place, Router};
+use super::{coordinator_code, group_id, name, Head, Pending, Place, Router};
 use crate::broker::Reply;
 
 /// How long a SyncGroup may wait at the coordinator for the leader's
 /// assignment when the JoinGroup's rebalance timeout is not known (Java's
 /// default `max.poll.interval.ms`).
 const SYNC_WAIT: Duration = Duration::from_secs(300);
-
-fn group_id(value: &str) -> GroupId {
-    GroupId(StrBytes::from_string(value.to_owned()))
-}
 
 /// Where a delegated group's request goes, and how long its coordinator
 /// may hold it.

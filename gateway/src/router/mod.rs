@@ -620,6 +620,11 @@ fn name(value: &str) -> TopicName {
     TopicName(StrBytes::from_string(value.to_owned()))
 }
 
+/// A group id for a request or response.
+fn group_id(value: &str) -> GroupId {
+    GroupId(StrBytes::from_string(value.to_owned()))
+}
+
 fn error_topic(name: &str, code: ResponseError) -> MetadataResponseTopic {
     MetadataResponseTopic::default()
         .with_error_code(code.code())

@@ -33,7 +33,7 @@ use strait_config::Destination;
 use strait_upstream::{Cluster, UpstreamError};
 
 use super::session::Session;
-use super::{coordinator_code, name, Head, Pending, Place, Router};
+use super::{coordinator_code, group_id, name, Head, Pending, Place, Router};
 use crate::broker::Reply;
 
 /// How often an upstream commit or offset fetch is sent again after its
@@ -175,71 +175,25 @@ impl Router {
     ) -> Pending<'a> {
         let local = self.local(session, &head);
         let version = head.version;
-        // (group, topics asked: None for all of them)
-        let asked: Vec<(String, Asked)> = if version >= 8 {
-            req.groups
-                .iter()
-                .map(|g| {
-                    let topics = g.topics.as_ref().map(|topics| {
-                        topics
-                            .iter()
-                            .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
-                            .collect()
-                    });
-                    (g.group_id.to_string(), topics)
-                })
-                .collect()
-        } else {
-            let topics = req.topics.as_ref().map(|topics| {
-                topics
-                    .iter()
-                    .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
-                    .collect()
-            });
-            vec![(req.group_id.to_string(), topics)]
-        };
+        let asked = asked_groups(&req, version);
         let require_stable = req.require_stable;
         Box::pin(async move {
             // The local coordinator answers for every group at once, in
             // the client's version; then each group's upstream topics.
-            let local_req = {
-                let mut sub = req.clone();
-                let keep_local = |topics: &Asked| {
-                    topics.as_ref().map(|topics| {
+            let local_asked: Vec<(String, Asked)> = asked
+                .iter()
+                .map(|(group, topics)| {
+                    let topics = topics.as_ref().map(|topics| {
                         topics
                             .iter()
                             .filter(|(t, _)| self.place(t) == Place::Local)
                             .cloned()
-                            .collect::<Vec<_>>()
-                    })
-                };
-                if version >= 8 {
-                    for (g, (_, topics)) in sub.groups.iter_mut().zip(&asked) {
-                        g.topics = keep_local(topics).map(|topics| {
-                            topics
-                                .into_iter()
-                                .map(|(t, ps)| {
-                                    OffsetFetchRequestTopics::default()
-                                        .with_name(name(&t))
-                                        .with_partition_indexes(ps)
-                                })
-                                .collect()
-                        });
-                    }
-                } else {
-                    sub.topics = keep_local(&asked[0].1).map(|topics| {
-                        topics
-                            .into_iter()
-                            .map(|(t, ps)| {
-                                OffsetFetchRequestTopic::default()
-                                    .with_name(name(&t))
-                                    .with_partition_indexes(ps)
-                            })
                             .collect()
                     });
-                }
-                sub
-            };
+                    (group.clone(), topics)
+                })
+                .collect();
+            let local_req = offset_fetch_request(version, local_asked, require_stable);
             let local_answer = local
                 .answer(RequestKind::OffsetFetch(local_req), |k| match k {
                     ResponseKind::OffsetFetch(r) => Some(r),
@@ -248,7 +202,7 @@ impl Router {
                 .await
                 .unwrap_or_default();
             let throttle_time_ms = local_answer.throttle_time_ms;
-            let local_groups = local_groups(local_answer, version);
+            let local_groups = group_answers(local_answer, version);
             let answers = join_all(asked.iter().zip(local_groups).map(|((group, topics), local)| {
                 self.group_offsets(group, topics.as_ref(), local, require_stable)
             }))
@@ -263,7 +217,7 @@ impl Router {
                     .zip(answers)
                     .map(|((group, _), (code, topics))| {
                         OffsetFetchResponseGroup::default()
-                            .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+                            .with_group_id(group_id(group))
                             .with_error_code(code)
                             .with_topics(
                                 topics
@@ -421,8 +375,78 @@ impl Router {
     }
 }
 
-/// The local coordinator's answer, one [`GroupAnswer`] per group asked.
-fn local_groups(answer: OffsetFetchResponse, version: i16) -> Vec<GroupAnswer> {
+/// The groups and topics an OffsetFetch asks for (`None`: every topic the
+/// group committed); before v8 one group.
+fn asked_groups(req: &OffsetFetchRequest, version: i16) -> Vec<(String, Asked)> {
+    if version >= 8 {
+        req.groups
+            .iter()
+            .map(|g| {
+                let asked = g.topics.as_ref().map(|ts| {
+                    ts.iter()
+                        .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
+                        .collect()
+                });
+                (g.group_id.to_string(), asked)
+            })
+            .collect()
+    } else {
+        let asked = req.topics.as_ref().map(|ts| {
+            ts.iter()
+                .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
+                .collect()
+        });
+        vec![(req.group_id.to_string(), asked)]
+    }
+}
+
+/// An OffsetFetch of `groups` at `version` (before v8, of the first group).
+fn offset_fetch_request(
+    version: i16,
+    groups: Vec<(String, Asked)>,
+    require_stable: bool,
+) -> OffsetFetchRequest {
+    let mut request = OffsetFetchRequest::default();
+    if version >= 7 {
+        request.require_stable = require_stable;
+    }
+    if version >= 8 {
+        request.topics = Some(Vec::new());
+        request.groups = groups
+            .into_iter()
+            .map(|(group, asked)| {
+                OffsetFetchRequestGroup::default()
+                    .with_group_id(group_id(&group))
+                    .with_topics(asked.map(|topics| {
+                        topics
+                            .into_iter()
+                            .map(|(t, ps)| {
+                                OffsetFetchRequestTopics::default()
+                                    .with_name(name(&t))
+                                    .with_partition_indexes(ps)
+                            })
+                            .collect()
+                    }))
+            })
+            .collect();
+    } else if let Some((group, asked)) = groups.into_iter().next() {
+        request.group_id = group_id(&group);
+        request.topics = asked.map(|topics| {
+            topics
+                .into_iter()
+                .map(|(t, ps)| {
+                    OffsetFetchRequestTopic::default()
+                        .with_name(name(&t))
+                        .with_partition_indexes(ps)
+                })
+                .collect()
+        });
+    }
+    request
+}
+
+/// An OffsetFetch answer, one [`GroupAnswer`] per group asked.
+fn group_answers(answer: OffsetFetchResponse, version: i16) -> Vec<GroupAnswer> {
     if version >= 8 {
         answer
             .groups
@@ -452,30 +476,28 @@ fn local_groups(answer: OffsetFetchResponse, version: i16) -> Vec<GroupAnswer> {
             })
             .collect()
     } else {
-        vec![(answer.error_code, v7_topics(answer.topics))]
+        let topics = answer
+            .topics
+            .into_iter()
+            .map(|t| {
+                let offsets = t
+                    .partitions
+                    .into_iter()
+                    .map(|p| {
+                        (
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                            p.metadata,
+                            p.error_code,
+                        )
+                    })
+                    .collect();
+                (t.name.to_string(), offsets)
+            })
+            .collect();
+        vec![(answer.error_code, topics)]
     }
-}
-
-fn v7_topics(topics: Vec<OffsetFetchResponseTopic>) -> Vec<(String, Offsets)> {
-    topics
-        .into_iter()
-        .map(|t| {
-            let offsets = t
-                .partitions
-                .into_iter()
-                .map(|p| {
-                    (
-                        p.partition_index,
-                        p.committed_offset,
-                        p.committed_leader_epoch,
-                        p.metadata,
-                        p.error_code,
-                    )
-                })
-                .collect();
-            (t.name.to_string(), offsets)
-        })
-        .collect()
 }
 
 /// Whether an answer says the group's coordinator is elsewhere or not
@@ -530,7 +552,7 @@ async fn commit_upstream(
                 }
             }
             let request = OffsetCommitRequest::default()
-                .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+                .with_group_id(group_id(group))
                 .with_generation_id_or_member_epoch(-1)
                 .with_member_id(StrBytes::default())
                 .with_topics(topics);
@@ -613,40 +635,9 @@ async fn fetch_upstream_once(
 ) -> Result<GroupAnswer, UpstreamError> {
     let connection = cluster.coordinator(group).await?;
     let version = connection.version(ApiKey::OffsetFetch)?;
-    let group_id = GroupId(StrBytes::from_string(group.to_owned()));
-    let mut request = OffsetFetchRequest::default();
-    if version >= 7 {
-        request.require_stable = require_stable;
-    }
-    if version >= 8 {
-        request.topics = Some(Vec::new());
-        request.groups = vec![OffsetFetchRequestGroup::default()
-            .with_group_id(group_id)
-            .with_topics(topics.map(|topics| {
-                topics
-                    .into_iter()
-                    .map(|(t, ps)| {
-                        OffsetFetchRequestTopics::default()
-                            .with_name(name(&t))
-                            .with_partition_indexes(ps)
-                    })
-                    .collect()
-            }))];
-    } else {
-        request.group_id = group_id;
-        request.topics = topics.map(|topics| {
-            topics
-                .into_iter()
-                .map(|(t, ps)| {
-                    OffsetFetchRequestTopic::default()
-                        .with_name(name(&t))
-                        .with_partition_indexes(ps)
-                })
-                .collect()
-        });
-    }
+    let request = offset_fetch_request(version, vec![(group.to_owned(), topics)], require_stable);
     let response = connection.request_at(&request, version).await?;
-    Ok(local_groups(response, version)
+    Ok(group_answers(response, version)
         .into_iter()
         .next()
         .unwrap_or_default())
