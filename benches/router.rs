@@ -9,46 +9,58 @@
 //! Run it with `scripts/bench-router [DIR]`, which installs the peers,
 //! builds Strait and calls `cargo bench --bench router -- WORKDIR`.
 //!
-//! **The paths.** The upstream is one Tansu 0.6.0 broker (memory storage).
+//! **The upstream** (`ROUTER_BENCH_UPSTREAM`): `tansu` (the default), one
+//! Tansu 0.6.0 broker (memory storage); or `strait`, one `strait serve
+//! --listen 127.0.0.1:PORT --data-dir DIR` (no config: local topics on
+//! disk, DIR in the run's directory, removed after the run). Tansu alone
+//! takes about one core of a 2-core machine at half the maximum load, and
+//! its own latency jitters (direct produce p99 18 ms at 5,000 records/s):
+//! a Strait upstream, lighter and steadier, leaves the front's overhead
+//! less buried under the machine's queueing. Every header says which
+//! upstream a run used.
+//!
+//! **The paths.**
 //! - *direct*: the clients bootstrap from the upstream address and talk to
-//!   Tansu (through the relay in the WAN case, see below);
+//!   the upstream (through the relay in the WAN case, see below);
 //! - *Strait*: `strait serve --config F` with one cluster `up` (bootstrap:
 //!   the upstream address) and the one route `{ regex: ".*", to: up }`
 //!   (every topic upstream, names unchanged), checked first with `strait
 //!   check --config F`. Strait presents itself as the only broker;
 //! - *proxy*: `tansu proxy --origin-url tcp://UPSTREAM`, advertising
-//!   itself.
+//!   itself (it fronts any Kafka broker, a Strait upstream too; where it
+//!   fails, its figures are n/a with the reason).
 //!
 //! Each run checks that the metadata a client gets through its path names
 //! one broker, the path's own address, so the clients really go through
 //! the front (and Strait and the proxy are not bypassed).
 //!
-//! **The network cases.** *loopback*: the upstream address is Tansu's own.
-//! *+RTT* (`ROUTER_BENCH_WAN_RTT_MS`, default 50 ms): the tests' delay
-//! relay (`tests/support/relay.rs`, half the round trip each way, in a
-//! child process of this binary so that its CPU is counted apart) stands
-//! in front of Tansu, which advertises the relay's address: the relay is
-//! started on a dummy target, Tansu with `--advertised-listener-url` the
-//! relay, and the relay then retargeted at Tansu. Every connection to the
-//! upstream crosses the delay: the direct clients', Strait's and the
-//! proxy's; the clients' hop to Strait or to the proxy does not.
+//! **The network cases.** *loopback*: the upstream address is the
+//! upstream's own. *+RTT* (`ROUTER_BENCH_WAN_RTT_MS`, default 50 ms): the
+//! tests' delay relay (`tests/support/relay.rs`, half the round trip each
+//! way, in a child process of this binary so that its CPU is counted
+//! apart) stands in front of the upstream, which advertises the relay's
+//! address: the relay is started on a dummy target, the upstream with the
+//! relay as its advertised address (Tansu `--advertised-listener-url`,
+//! Strait `--advertised`), and the relay then retargeted at the upstream.
+//! Every connection to the upstream crosses the delay: the direct
+//! clients', Strait's and the proxy's; the clients' hop to Strait or to
+//! the proxy does not.
 //!
-//! **Every run** starts fresh processes on free loopback ports (the relay,
-//! Tansu, and the path's front, if any), creates a fresh topic of 8
-//! partitions directly on Tansu (AdminClient; Tansu would auto-create 4;
-//! the pipelining runs create theirs of one partition, see 5.), and stops
-//! them all after. Records are 1 KiB values without a key,
-//! spread round-robin over the partitions by the producer; every producer
-//! is librdkafka (the `rdkafka` crate) with acks `ROUTER_BENCH_ACKS`
-//! (default 1), linger.ms `ROUTER_BENCH_LINGER_MS` (default 5), no
-//! compression, no idempotence, every other setting librdkafka's default
-//! (among them up to 1,000,000 requests in flight per connection; it sends
-//! one Produce request per partition batch).
-//! Consumers are assigned all partitions from the beginning, no group
-//! joined (a group id is set, librdkafka wants one), fetch settings
-//! librdkafka's defaults. Records are counted by consuming them, per
-//! partition, never from watermarks: Tansu's ListOffsets under-reports
-//! when batches hold many records.
+//! **Every run** starts fresh processes on free loopback ports (the relay, the
+//! upstream, and the path's front, if any), creates a fresh topic of 8
+//! partitions directly on the upstream (AdminClient; Tansu would auto-create 4;
+//! the sequential and pipelining runs create theirs of one partition, see 5.
+//! and 6.), and stops them all after. Records are 1 KiB values without a key,
+//! spread round-robin over the partitions by the producer; every producer is
+//! librdkafka (the `rdkafka` crate) with acks `ROUTER_BENCH_ACKS` (default 1),
+//! linger.ms `ROUTER_BENCH_LINGER_MS` (default 5), no compression, no
+//! idempotence, every other setting librdkafka's default (among them up to
+//! 1,000,000 requests in flight per connection; it sends one Produce request
+//! per partition batch). Consumers are assigned all partitions from the
+//! beginning, no group joined (a group id is set, librdkafka wants one), fetch
+//! settings librdkafka's defaults. Records are counted by consuming them, per
+//! partition, never from watermarks: Tansu's ListOffsets under-reports when
+//! batches hold many records.
 //!
 //! 1. *Produce throughput*: `ROUTER_BENCH_RECORDS` records sent as fast as
 //!    the producer takes them, timed from the first send (after the
@@ -70,11 +82,27 @@
 //!    into its value just before it was sent (a monotonic clock shared by
 //!    producer and consumer, both in this process; microsecond resolution,
 //!    which a Kafka CreateTime in milliseconds would not give on loopback).
-//! 5. *Pipelining*, in the +RTT case only, direct and through Strait (the
+//! 5. *Sequential produce latency* (the overhead, without the load: at
+//!    half the maximum load the machine's queueing and the upstream's
+//!    jitter swamp what a front adds), in both network cases, on every
+//!    path, after the case's latency runs: one setup per run with a fresh
+//!    topic of one partition and one producer, linger.ms 0 (acks
+//!    `ROUTER_BENCH_ACKS`, every other setting as above), that sends one
+//!    record of 1 KiB, waits for its delivery report, then sends the next:
+//!    `SEQUENTIAL_WARMUP` (100) unmeasured, then
+//!    `ROUTER_BENCH_SEQUENTIAL_RECORDS` (default 3000) measured, each
+//!    record's latency its delivery report's time minus its send time
+//!    (after its metadata was checked, so its connection is open). With the
+//!    round trip every record waits for one (3000 records would take 150 s
+//!    per run at 50 ms), so that case sends
+//!    `ROUTER_BENCH_WAN_SEQUENTIAL_RECORDS` (default: 500, or
+//!    `ROUTER_BENCH_SEQUENTIAL_RECORDS` if fewer). `ROUTER_BENCH_SEQUENTIAL=0`
+//!    skips them.
+//! 6. *Pipelining*, in the +RTT case only, direct and through Strait (the
 //!    proxy is left out), after the case's latency runs: the issue's
 //!    "over a 50 ms link to an upstream, a producer with 5 requests in
 //!    flight gets about 5x the throughput of one at a time". One setup per
-//!    run (relay, Tansu, the front) with three fresh topics of one
+//!    run (relay, upstream, the front) with three fresh topics of one
 //!    partition, and three producers one after the other, each to its own
 //!    topic: `max.in.flight.requests.per.connection` 1, 5 and librdkafka's
 //!    default (1,000,000; in that order in odd repetitions, reversed in even
@@ -100,33 +128,36 @@
 //!    default 50,000 (52): with fewer records even a perfect pipeline
 //!    cannot show "about 5x".
 //!
-//! Runs alternate between the paths (D S P, P S D, D S P, ...) and every
-//! figure is the median of `ROUTER_BENCH_REPEAT` runs (default 3). A run
-//! that fails (an error, a stall of 30 s, a process exiting, a latency run
-//! whose producer falls 10 s behind its schedule because the path does not
-//! carry the rate) is reported as "n/a" with the reason, and the bench goes
-//! on. Every phase of every run prints the CPU seconds (from /proc) of
-//! Tansu, of the front (Strait or the proxy), of the relay, of this process
-//! (the clients: librdkafka) and of everything else on the machine (on a
-//! shared machine, other work skews a run); the tables give their medians.
-//! At the end come the WARN/ERROR lines of Strait's logs and the notes of
-//! each path (librdkafka's error reports, a producer behind its schedule).
+//! Runs alternate between the paths (D S P, P S D, D S P, ...) and every figure
+//! is the median of `ROUTER_BENCH_REPEAT` runs (default 3). A run that fails
+//! (an error, a stall of 30 s, a process exiting, a latency run whose producer
+//! falls 10 s behind its schedule because the path does not carry the rate) is
+//! reported as "n/a" with the reason, and the bench goes on. Every phase of
+//! every run prints the CPU seconds (from /proc) of the upstream, of the front
+//! (Strait or the proxy), of the relay, of this process (the clients:
+//! librdkafka) and of everything else on the machine (on a shared machine,
+//! other work skews a run); the tables give their medians. At the end come the
+//! WARN/ERROR lines of Strait's logs and the notes of each path (librdkafka's
+//! error reports, a producer behind its schedule).
 //!
-//! The report: one table per network case, columns direct / Strait / proxy
-//! and rows throughput (produce, consume), produce latency p50/p99 and
-//! end-to-end fetch latency p50/p99, with Strait/direct and Strait/proxy
-//! ratios for throughput and the milliseconds Strait adds to the direct
-//! path's and the proxy's latencies; after the +RTT case's, the pipelining
-//! table: records/s per in-flight limit, direct and through Strait, with
-//! Strait/direct, and the ratios of the medians with 5 and with the default
-//! in flight over the median with one; then the issue's goals, each met or
-//! missed: Strait at least 0.9 x direct throughput (produce and consume,
-//! in both cases); at most 1 ms added p99 (produce and end-to-end fetch) at
-//! half of the maximum load on loopback; ahead of Tansu's proxy (higher
-//! throughput, lower p99) in both cases; over the round trip, a producer
-//! with 5 requests in flight through Strait at "about 5x" (counted as at
-//! least 4x) the records/s of one with one request in flight (the direct
-//! path's ratio is printed beside it, for reference).
+//! The report: one table per network case, columns direct / Strait / proxy and
+//! rows throughput (produce, consume), produce latency p50/p99 and end-to-end
+//! fetch latency p50/p99, with Strait/direct and Strait/proxy ratios for
+//! throughput and the milliseconds Strait adds to the direct path's and the
+//! proxy's latencies; after each, the overhead table: the sequential produce
+//! latency p50/p99/max per path and the milliseconds Strait (and the proxy) add
+//! to the direct path's; after the +RTT case's, the pipelining table: records/s
+//! per in-flight limit, direct and through Strait, with Strait/direct, and the
+//! ratios of the medians with 5 and with the default in flight over the median
+//! with one; then the issue's goals, each met or missed: Strait at least 0.9 x
+//! direct throughput (produce and consume, in both cases); at most 1 ms added
+//! p99 (produce and end-to-end fetch) at half of the maximum load on loopback;
+//! on loopback, at most 1 ms added to the direct sequential produce latency p99
+//! (not one of the issue's: the overhead without the machine's queueing); ahead
+//! of Tansu's proxy (higher throughput, lower p99) in both cases; over the
+//! round trip, a producer with 5 requests in flight through Strait at "about
+//! 5x" (counted as at least 4x) the records/s of one with one request in flight
+//! (the direct path's ratio is printed beside it, for reference).
 //!
 //! Environment (see `scripts/bench-router`): `ROUTER_BENCH_RECORDS` (default
 //! 100000), `ROUTER_BENCH_WAN_RECORDS` (default: `ROUTER_BENCH_RECORDS`),
@@ -137,8 +168,12 @@
 //! `ROUTER_BENCH_WAN` (0: no case with the added round trip),
 //! `ROUTER_BENCH_WAN_RTT_MS`, `ROUTER_BENCH_PIPELINE` (0: no pipelining
 //! runs), `ROUTER_BENCH_PIPELINE_RECORDS` (default 50000),
-//! `ROUTER_BENCH_ACKS`, `ROUTER_BENCH_LINGER_MS`, `ROUTER_BENCH_KEEP`,
-//! `STRAIT_BIN`, `TANSU_BIN`.
+//! `ROUTER_BENCH_SEQUENTIAL` (0: no sequential runs),
+//! `ROUTER_BENCH_SEQUENTIAL_RECORDS` (default 3000),
+//! `ROUTER_BENCH_WAN_SEQUENTIAL_RECORDS`, `ROUTER_BENCH_UPSTREAM` (`tansu`,
+//! the default, or `strait`), `ROUTER_BENCH_ACKS`, `ROUTER_BENCH_LINGER_MS`
+//! (the sequential producers' is 0), `ROUTER_BENCH_KEEP`, `STRAIT_BIN`,
+//! `TANSU_BIN`.
 
 // What the benches share (process and CPU accounting, the librdkafka load
 // generator, the report's cells), with the integration tests' harness (free
@@ -178,9 +213,20 @@ const IN_FLIGHT: [Option<u32>; 3] = [Some(1), Some(5), None];
 const DEFAULT_IN_FLIGHT: u32 = 1_000_000;
 /// Partitions of the pipelining topics.
 const PIPELINE_PARTITIONS: i32 = 1;
+/// Partitions of the sequential (overhead) topics.
+const SEQUENTIAL_PARTITIONS: i32 = 1;
+/// Records each sequential producer sends, unmeasured, before the
+/// measured ones.
+const SEQUENTIAL_WARMUP: u64 = 100;
+/// The default of `ROUTER_BENCH_WAN_SEQUENTIAL_RECORDS` at most: over the
+/// round trip every sequential record waits for one.
+const WAN_SEQUENTIAL_RECORDS: u64 = 500;
 /// The goals the issue set.
 const GOAL_THROUGHPUT_RATIO: f64 = 0.9;
 const GOAL_ADDED_P99_MS: f64 = 1.0;
+/// What Strait may add to the direct sequential produce latency p99 on
+/// loopback.
+const GOAL_SEQUENTIAL_ADDED_P99_MS: f64 = 1.0;
 /// "About 5x" the throughput with 5 requests in flight over one at a time.
 const GOAL_PIPELINE_RATIO: f64 = 4.0;
 
@@ -217,6 +263,10 @@ struct Knobs {
     linger_ms: u64,
     pipeline: bool,
     pipeline_records: u64,
+    sequential: bool,
+    sequential_records: u64,
+    wan_sequential_records: u64,
+    upstream: Upstream,
     keep: bool,
     strait_bin: PathBuf,
     tansu_bin: PathBuf,
@@ -228,6 +278,15 @@ fn knobs() -> Res<Knobs> {
     if !["0", "1", "all", "-1"].contains(&acks.as_str()) {
         return Err(format!("ROUTER_BENCH_ACKS={acks:?}: 0, 1 or all"));
     }
+    let upstream = match std::env::var("ROUTER_BENCH_UPSTREAM") {
+        Err(_) => Upstream::Tansu,
+        Ok(v) => match v.trim() {
+            "tansu" => Upstream::Tansu,
+            "strait" => Upstream::Strait,
+            _ => return Err(format!("ROUTER_BENCH_UPSTREAM={v:?}: tansu or strait")),
+        },
+    };
+    let sequential_records = env_u64("ROUTER_BENCH_SEQUENTIAL_RECORDS", 3000)?.max(1);
     Ok(Knobs {
         records,
         wan_records: env_u64("ROUTER_BENCH_WAN_RECORDS", records)?.max(PARTITIONS as u64),
@@ -257,6 +316,14 @@ fn knobs() -> Res<Knobs> {
         linger_ms: env_u64("ROUTER_BENCH_LINGER_MS", 5)?,
         pipeline: env_u64("ROUTER_BENCH_PIPELINE", 1)? != 0,
         pipeline_records: env_u64("ROUTER_BENCH_PIPELINE_RECORDS", 50_000)?.max(1),
+        sequential: env_u64("ROUTER_BENCH_SEQUENTIAL", 1)? != 0,
+        sequential_records,
+        wan_sequential_records: env_u64(
+            "ROUTER_BENCH_WAN_SEQUENTIAL_RECORDS",
+            sequential_records.min(WAN_SEQUENTIAL_RECORDS),
+        )?
+        .max(1),
+        upstream,
         keep: std::env::var("ROUTER_BENCH_KEEP").is_ok_and(|v| v == "1"),
         strait_bin: common::strait_bin(),
         tansu_bin: common::tansu_bin(),
@@ -291,7 +358,38 @@ impl Way {
     }
 }
 
-/// A network case: loopback, or a delay between the fronts and Tansu.
+/// The upstream broker every path leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upstream {
+    /// One Tansu broker, memory storage.
+    Tansu,
+    /// `strait serve`, local topics on disk (no config).
+    Strait,
+}
+
+impl Upstream {
+    fn title(self) -> &'static str {
+        match self {
+            Upstream::Tansu => "Tansu",
+            Upstream::Strait => "Strait",
+        }
+    }
+
+    /// Its log in a run's directory.
+    fn log(self) -> &'static str {
+        match self {
+            Upstream::Tansu => "tansu.log",
+            Upstream::Strait => "upstream-strait.log",
+        }
+    }
+}
+
+/// Where the upstream Strait keeps its topics, in a run's directory (the
+/// front Strait's: `FRONT_DATA`).
+const UPSTREAM_DATA: &str = "upstream-data";
+const FRONT_DATA: &str = "strait-data";
+
+/// A network case: loopback, or a delay between the fronts and the upstream.
 #[derive(Debug, Clone)]
 struct Net {
     title: String,
@@ -299,6 +397,8 @@ struct Net {
     /// Added one way by the relay; none: no relay.
     one_way: Option<Duration>,
     records: u64,
+    /// Records of each sequential producer (measured).
+    sequential_records: u64,
 }
 
 impl Net {
@@ -328,6 +428,7 @@ fn bench(dir: Option<PathBuf>) -> Res<()> {
             slug: "loopback",
             one_way: None,
             records: knobs.records,
+            sequential_records: knobs.sequential_records,
         });
     } else {
         println!("(ROUTER_BENCH_LOOPBACK=0: no loopback case)");
@@ -338,6 +439,7 @@ fn bench(dir: Option<PathBuf>) -> Res<()> {
             slug: "wan",
             one_way: Some(Duration::from_micros(knobs.wan_rtt_ms * 500)),
             records: knobs.wan_records,
+            sequential_records: knobs.wan_sequential_records,
         });
     } else {
         println!("(ROUTER_BENCH_WAN=0: the loopback case only)");
@@ -355,6 +457,10 @@ fn bench(dir: Option<PathBuf>) -> Res<()> {
     for r in &reports {
         println!();
         r.print_table(&knobs);
+        if r.sequenced {
+            println!();
+            r.print_sequential_table(&knobs);
+        }
         if r.pipelined {
             println!();
             r.print_pipeline_table(&knobs);
@@ -371,7 +477,7 @@ fn bench(dir: Option<PathBuf>) -> Res<()> {
         work.display()
     );
     for r in &reports {
-        r.print_log_summary();
+        r.print_log_summary(&knobs);
     }
     Ok(())
 }
@@ -379,7 +485,8 @@ fn bench(dir: Option<PathBuf>) -> Res<()> {
 fn print_facts(knobs: &Knobs, work: &Path) {
     let tansu_version = common::tansu_version(&knobs.tansu_bin);
     println!(
-        "router benchmark: direct to the upstream, through Strait, through tansu proxy; same load, same run"
+        "router benchmark: direct to the upstream ({}), through Strait, through tansu proxy; same load, same run",
+        knobs.upstream.title()
     );
     println!(
         "  machine:  nproc {}, {}, load average {}",
@@ -387,7 +494,16 @@ fn print_facts(knobs: &Knobs, work: &Path) {
         common::cpu_model(),
         loadavg()
     );
-    println!("  upstream: {tansu_version} broker, --storage-engine memory://tansu/");
+    match knobs.upstream {
+        Upstream::Tansu => println!(
+            "  upstream: Tansu (ROUTER_BENCH_UPSTREAM=tansu): {tansu_version} broker, --storage-engine memory://tansu/"
+        ),
+        Upstream::Strait => println!(
+            "  upstream: Strait (ROUTER_BENCH_UPSTREAM=strait): {} serve --listen --data-dir (no config: \
+             local topics on disk, under the run directory)",
+            knobs.strait_bin.display()
+        ),
+    }
     println!(
         "  strait:   {} serve --config (cluster up = the upstream, route {{ regex: \".*\", to: up }})",
         knobs.strait_bin.display()
@@ -412,14 +528,24 @@ fn print_facts(knobs: &Knobs, work: &Path) {
         knobs.warmup_secs,
         knobs.latency_secs
     );
+    if knobs.sequential {
+        println!(
+            "  overhead: sequential produce latency, one record at a time (send, its delivery report, the next; \
+             linger.ms=0, acks={}) to a topic of {SEQUENTIAL_PARTITIONS} partition, {} records (WAN {}) after \
+             {SEQUENTIAL_WARMUP} unmeasured",
+            knobs.acks, knobs.sequential_records, knobs.wan_sequential_records
+        );
+    }
     println!(
         "  runs:     {} per path and phase, alternating (D S P, P S D, ...); medians reported; MB = 10^6 B of values",
         knobs.repeat
     );
     if knobs.wan {
         println!(
-            "  WAN:      {} ms round trip added by the delay relay between every front (or direct client) and Tansu",
-            knobs.wan_rtt_ms
+            "  WAN:      {} ms round trip added by the delay relay between every front (or direct client) and the \
+             upstream ({})",
+            knobs.wan_rtt_ms,
+            knobs.upstream.title()
         );
         if knobs.pipeline {
             println!(
@@ -531,12 +657,12 @@ fn child_relay(args: &[String]) -> Res<()> {
     Ok(())
 }
 
-/// Everything one run needs: Tansu (behind the relay in the WAN case) and
-/// the front of the path, if any.
+/// Everything one run needs: the upstream (Tansu or Strait, behind the
+/// relay in the WAN case) and the front of the path, if any.
 #[derive(Debug)]
 struct Setup {
     relay: Option<RelayProc>,
-    tansu: Proc,
+    upstream: Proc,
     front: Option<Proc>,
     /// Where the clients connect.
     bootstrap: String,
@@ -544,45 +670,37 @@ struct Setup {
 
 impl Setup {
     /// Starts the processes of `way` and creates `topics` (name,
-    /// partitions) on Tansu before the front starts.
+    /// partitions) on the upstream before the front starts.
     fn start(knobs: &Knobs, net: &Net, way: Way, dir: &Path, topics: &[(&str, i32)]) -> Res<Setup> {
         let mut relay = match net.one_way {
             Some(d) => Some(RelayProc::start(d, &dir.join("relay.log")).map_err(|e| format!("relay: {e}"))?),
             None => None,
         };
         let advertised = relay.as_ref().map(|r| r.port);
-        let (tansu, tansu_port) = common::start_server("tansu", &dir.join("tansu.log"), |port| {
-            let listen = format!("tcp://127.0.0.1:{port}");
-            let advertised = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
-            let mut c = common::tansu_command(&knobs.tansu_bin, dir);
-            c.arg("broker")
-                .args([
-                    "--listener-url",
-                    &listen,
-                    "--advertised-listener-url",
-                    &advertised,
-                ])
-                .args(["--storage-engine", "memory://tansu/"]);
-            c
-        })?;
+        let (upstream_proc, own_port) = start_upstream(knobs, dir, advertised)?;
         let upstream_port = match &mut relay {
             Some(r) => {
-                r.retarget(([127, 0, 0, 1], tansu_port).into())?;
+                r.retarget(([127, 0, 0, 1], own_port).into())?;
                 support::api_versions_ping(([127, 0, 0, 1], r.port).into(), Duration::from_secs(5))
-                    .map_err(|e| format!("Tansu through the relay: {e}"))?;
+                    .map_err(|e| format!("{} through the relay: {e}", knobs.upstream.title()))?;
                 r.port
             }
-            None => tansu_port,
+            None => own_port,
         };
         let upstream = format!("127.0.0.1:{upstream_port}");
         for &(topic, partitions) in topics {
             common::create_topic(
-                &format!("127.0.0.1:{tansu_port}"),
+                &format!("127.0.0.1:{own_port}"),
                 topic,
                 partitions,
                 "router-bench-admin",
             )
-            .map_err(|e| format!("creating {topic} on Tansu: {e}"))?;
+            .map_err(|e| {
+                format!(
+                    "creating {topic} on the upstream ({}): {e}",
+                    knobs.upstream.title()
+                )
+            })?;
         }
         let (front, bootstrap) = match way {
             Way::Direct => (None, upstream.clone()),
@@ -610,7 +728,7 @@ impl Setup {
                         String::from_utf8_lossy(&check.stderr).trim()
                     ));
                 }
-                let data = dir.join("strait-data");
+                let data = dir.join(FRONT_DATA);
                 let (proc, port) = common::start_server("strait", &dir.join("strait.log"), |port| {
                     let mut c = Command::new(&knobs.strait_bin);
                     c.arg("serve")
@@ -638,7 +756,7 @@ impl Setup {
         };
         Ok(Setup {
             relay,
-            tansu,
+            upstream: upstream_proc,
             front,
             bootstrap,
         })
@@ -646,7 +764,7 @@ impl Setup {
 
     fn sample(&self) -> CpuSample {
         CpuSample::take([
-            self.tansu.cpu_ticks(),
+            self.upstream.cpu_ticks(),
             self.front.as_ref().and_then(Proc::cpu_ticks),
             self.relay.as_ref().and_then(|r| r.proc.cpu_ticks()),
         ])
@@ -655,8 +773,8 @@ impl Setup {
     /// Appends which process has exited, if any, to an error.
     fn explain(&mut self, e: String) -> String {
         let mut gone = Vec::new();
-        if let Some(s) = self.tansu.exited() {
-            gone.push(format!("tansu exited: {s}"));
+        if let Some(s) = self.upstream.exited() {
+            gone.push(format!("the upstream exited: {s}"));
         }
         if let Some(s) = self.front.as_mut().and_then(Proc::exited) {
             gone.push(format!("the front exited: {s}"));
@@ -671,11 +789,11 @@ impl Setup {
         }
     }
 
-    /// Stops everything; Strait with SIGTERM (a slow or failed shutdown is
-    /// a note), the rest killed.
+    /// Stops everything; the front Strait with SIGTERM (a slow or failed
+    /// shutdown is a note), the rest (an upstream Strait too) killed.
     fn finish(mut self, way: Way, notes: &mut Vec<String>) {
-        if let Some(s) = self.tansu.exited() {
-            notes.push(format!("tansu exited during the run ({s})"));
+        if let Some(s) = self.upstream.exited() {
+            notes.push(format!("the upstream exited during the run ({s})"));
         }
         if let Some(front) = &mut self.front {
             if let Some(s) = front.exited() {
@@ -693,20 +811,67 @@ impl Setup {
     }
 }
 
+/// Starts the upstream broker of `knobs.upstream` on a free port of its
+/// own, advertising `advertised` (the relay's port) if given, else that
+/// port; returns it and the port.
+fn start_upstream(knobs: &Knobs, dir: &Path, advertised: Option<u16>) -> Res<(Proc, u16)> {
+    let log = dir.join(knobs.upstream.log());
+    match knobs.upstream {
+        Upstream::Tansu => common::start_server("tansu", &log, |port| {
+            let listen = format!("tcp://127.0.0.1:{port}");
+            let advertised = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
+            let mut c = common::tansu_command(&knobs.tansu_bin, dir);
+            c.arg("broker")
+                .args([
+                    "--listener-url",
+                    &listen,
+                    "--advertised-listener-url",
+                    &advertised,
+                ])
+                .args(["--storage-engine", "memory://tansu/"]);
+            c
+        }),
+        Upstream::Strait => {
+            let data = dir.join(UPSTREAM_DATA);
+            common::start_server("strait (upstream)", &log, |port| {
+                let mut c = Command::new(&knobs.strait_bin);
+                c.arg("serve")
+                    .args(["--listen", &format!("127.0.0.1:{port}")])
+                    .arg("--data-dir")
+                    .arg(&data);
+                if let Some(relay) = advertised {
+                    c.args(["--advertised", &format!("127.0.0.1:{relay}")]);
+                }
+                c.current_dir(dir);
+                c
+            })
+        }
+    }
+}
+
+/// Removes the Strait data directories of a finished run (front and
+/// upstream), unless `ROUTER_BENCH_KEEP=1`.
+fn remove_data(knobs: &Knobs, dir: &Path) {
+    if !knobs.keep {
+        let _ = fs::remove_dir_all(dir.join(FRONT_DATA));
+        let _ = fs::remove_dir_all(dir.join(UPSTREAM_DATA));
+    }
+}
+
 // ---------------------------------------------------------------------------
 // CPU accounting and figures
 
-/// CPU counters of Tansu, the front (Strait or the proxy) and the relay
-/// (in `CpuUse::procs`, at `TANSU`, `FRONT` and `RELAY`), this process (the
-/// librdkafka clients) and the machine.
+/// CPU counters of the upstream (Tansu or Strait), the front (Strait or
+/// the proxy) and the relay (in `CpuUse::procs`, at `UPSTREAM`, `FRONT` and
+/// `RELAY`), this process (the librdkafka clients) and the machine.
 type CpuSample = common::CpuSample<3>;
 type CpuUse = common::CpuUse<3>;
-const TANSU: usize = 0;
+const UPSTREAM: usize = 0;
 const FRONT: usize = 1;
 const RELAY: usize = 2;
 
 fn describe_cpu(cpu: &CpuUse, way: Way) -> String {
-    cpu.describe(["tansu", way.name(), "relay"])
+    cpu.describe(["upstream", way.name(), "relay"])
 }
 
 // ---------------------------------------------------------------------------
@@ -769,20 +934,38 @@ struct PipelineRun {
     logs: Vec<(String, PathBuf)>,
 }
 
+/// One sequential (overhead) run's figures: one record at a time.
+#[derive(Debug, Clone, Copy)]
+struct Sequential {
+    /// Records measured (after the warm-up).
+    records: u64,
+    /// Seconds of the measured records, the first send to the last report.
+    secs: f64,
+    produce: Stats,
+    cpu: CpuUse,
+}
+
+#[derive(Debug)]
+struct SequentialRun {
+    sequential: Res<Sequential>,
+    notes: Vec<String>,
+    logs: Vec<(String, PathBuf)>,
+}
+
 /// "1", "5", "default (1000000)".
 fn in_flight_name(in_flight: Option<u32>) -> String {
     in_flight.map_or_else(|| format!("default ({DEFAULT_IN_FLIGHT})"), |n| n.to_string())
 }
 
 /// The logs of a run's processes, to show when something failed.
-fn run_logs(dir: &Path, way: Way, net: &Net) -> Vec<(String, PathBuf)> {
+fn run_logs(knobs: &Knobs, dir: &Path, way: Way, net: &Net) -> Vec<(String, PathBuf)> {
     let mut logs = Vec::new();
     match way {
         Way::Strait => logs.push(("strait".into(), dir.join("strait.log"))),
         Way::Proxy => logs.push(("proxy".into(), dir.join("proxy.log"))),
         Way::Direct => {}
     }
-    logs.push(("tansu".into(), dir.join("tansu.log")));
+    logs.push(("upstream".into(), dir.join(knobs.upstream.log())));
     if !net.is_loopback() {
         logs.push(("relay".into(), dir.join("relay.log")));
     }
@@ -806,7 +989,7 @@ fn print_notes_and_logs(indent: usize, failed: bool, notes: &[String], logs: &[(
 
 fn throughput_run(knobs: &Knobs, net: &Net, way: Way, dir: &Path, rep: usize, clk: f64) -> ThroughputRun {
     let topic = format!("router-{}-{}-{rep}", net.slug, way.name());
-    let logs = run_logs(dir, way, net);
+    let logs = run_logs(knobs, dir, way, net);
     let mut setup = match Setup::start(knobs, net, way, dir, &[(&topic, PARTITIONS)]) {
         Ok(s) => s,
         Err(e) => {
@@ -846,9 +1029,7 @@ fn throughput_run(knobs: &Knobs, net: &Net, way: Way, dir: &Path, rep: usize, cl
         Err(_) => Err("skipped: produce failed".into()),
     };
     setup.finish(way, &mut notes);
-    if !knobs.keep {
-        let _ = fs::remove_dir_all(dir.join("strait-data"));
-    }
+    remove_data(knobs, dir);
     ThroughputRun {
         produce,
         consume,
@@ -867,7 +1048,7 @@ fn latency_run(
     clk: f64,
 ) -> LatencyRun {
     let topic = format!("router-{}-latency-{}-{rep}", net.slug, way.name());
-    let logs = run_logs(dir, way, net);
+    let logs = run_logs(knobs, dir, way, net);
     let mut notes = Vec::new();
     let latency = match Setup::start(knobs, net, way, dir, &[(&topic, PARTITIONS)]) {
         Err(e) => Err(format!("setup: {e}")),
@@ -885,10 +1066,44 @@ fn latency_run(
             result
         }
     };
-    if !knobs.keep {
-        let _ = fs::remove_dir_all(dir.join("strait-data"));
-    }
+    remove_data(knobs, dir);
     LatencyRun { latency, notes, logs }
+}
+
+/// The sequential run of `way` (see the module docs): one setup, a fresh
+/// topic of `SEQUENTIAL_PARTITIONS`, one record at a time.
+fn sequential_run(knobs: &Knobs, net: &Net, way: Way, dir: &Path, rep: usize, clk: f64) -> SequentialRun {
+    let topic = format!("router-{}-sequential-{}-{rep}", net.slug, way.name());
+    let logs = run_logs(knobs, dir, way, net);
+    let mut notes = Vec::new();
+    let sequential = match Setup::start(knobs, net, way, dir, &[(&topic, SEQUENTIAL_PARTITIONS)]) {
+        Err(e) => Err(format!("setup: {e}")),
+        Ok(mut setup) => {
+            let result = sequential_producer(knobs, &setup.bootstrap, &topic).and_then(|producer| {
+                let before = setup.sample();
+                let measured = measure_sequential(&producer, &topic, net.sequential_records);
+                let after = setup.sample();
+                note_client_errors(
+                    "sequential producer",
+                    &producer.context().state.lock().unwrap().client_errors,
+                    &mut notes,
+                );
+                measured.map(|s| Sequential {
+                    cpu: before.until(&after, clk),
+                    ..s
+                })
+            });
+            let result = result.map_err(|e| setup.explain(e));
+            setup.finish(way, &mut notes);
+            result
+        }
+    };
+    remove_data(knobs, dir);
+    SequentialRun {
+        sequential,
+        notes,
+        logs,
+    }
 }
 
 /// The pipelining run of `way` (see the module docs): one setup, a fresh
@@ -906,7 +1121,7 @@ fn pipeline_run(knobs: &Knobs, net: &Net, way: Way, dir: &Path, rep: usize, clk:
             format!("router-{}-pipeline-{}-{rep}-{n}", net.slug, way.name())
         })
         .collect();
-    let logs = run_logs(dir, way, net);
+    let logs = run_logs(knobs, dir, way, net);
     let mut notes = Vec::new();
     let specs: Vec<(&str, i32)> = topics.iter().map(|t| (t.as_str(), PIPELINE_PARTITIONS)).collect();
     let produce = match Setup::start(knobs, net, way, dir, &specs) {
@@ -943,9 +1158,7 @@ fn pipeline_run(knobs: &Knobs, net: &Net, way: Way, dir: &Path, rep: usize, clk:
             produce
         }
     };
-    if !knobs.keep {
-        let _ = fs::remove_dir_all(dir.join("strait-data"));
-    }
+    remove_data(knobs, dir);
     PipelineRun { produce, notes, logs }
 }
 
@@ -1033,6 +1246,54 @@ fn pipelined_producer(
         .wait_for(1)
         .map_err(|e| format!("the first record: {e}"))?;
     Ok(producer)
+}
+
+/// The producer of a sequential run: the bench's settings but linger.ms 0
+/// (a record leaves at once), its metadata checked before the clock starts.
+fn sequential_producer(knobs: &Knobs, bootstrap: &str, topic: &str) -> Res<ThreadedProducer<Deliveries>> {
+    let producer: ThreadedProducer<Deliveries> =
+        common::producer_config(bootstrap, "router-bench-sequential", &knobs.acks, 0)
+            .create_with_context(Deliveries::new(Instant::now(), true, SEQUENTIAL_PARTITIONS))
+            .map_err(|e| format!("producer: {e}"))?;
+    common::topic_ready(producer.client(), topic, SEQUENTIAL_PARTITIONS, Some(bootstrap))
+        .map_err(|e| format!("producer: {e}"))?;
+    Ok(producer)
+}
+
+/// Sends `SEQUENTIAL_WARMUP` and then `records` records one at a time,
+/// each after the delivery report of the one before; the latencies (send
+/// to delivery report) of the `records` measured ones.
+fn measure_sequential(producer: &ThreadedProducer<Deliveries>, topic: &str, records: u64) -> Res<Sequential> {
+    let deliveries = producer.context();
+    let value = payload();
+    let total = SEQUENTIAL_WARMUP + records;
+    let mut start = Instant::now();
+    for i in 0..total {
+        if i == SEQUENTIAL_WARMUP {
+            start = Instant::now();
+        }
+        send(producer, topic, &value, 0, deliveries.stamp())?;
+        deliveries
+            .wait_for(i + 1)
+            .map_err(|e| format!("record {} of {total}: {e}", i + 1))?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let st = deliveries.state.lock().unwrap();
+    // One record in flight at a time: the reports came in the order sent.
+    let produce = Stats::of(
+        st.latencies
+            .iter()
+            .skip(SEQUENTIAL_WARMUP as usize)
+            .map(|(_, l)| *l as f64 / 1e6)
+            .collect(),
+    )
+    .ok_or("no sequential latencies after the warm-up")?;
+    Ok(Sequential {
+        records,
+        secs,
+        produce,
+        cpu: CpuUse::default(),
+    })
 }
 
 /// A consumer assigned every partition of `topic` from the beginning,
@@ -1259,6 +1520,10 @@ struct CaseReport {
     /// The latency runs' rate, or why there is none.
     rate: Res<(u64, String)>,
     latency: Vec<(Way, LatencyRun)>,
+    /// Whether the case measures the sequential produce latency (and its
+    /// runs).
+    sequenced: bool,
+    sequential: Vec<(Way, SequentialRun)>,
     /// Whether the case measures pipelining (and its runs).
     pipelined: bool,
     pipeline: Vec<(Way, PipelineRun)>,
@@ -1281,6 +1546,8 @@ fn run_case(knobs: &Knobs, net: &Net, dir: &Path, clk: f64) -> CaseReport {
         throughput: Vec::new(),
         rate: Err("not measured".into()),
         latency: Vec::new(),
+        sequenced: knobs.sequential,
+        sequential: Vec::new(),
         pipelined: !net.is_loopback() && knobs.pipeline,
         pipeline: Vec::new(),
         dirs: Vec::new(),
@@ -1375,12 +1642,59 @@ fn run_case(knobs: &Knobs, net: &Net, dir: &Path, clk: f64) -> CaseReport {
             }
         }
     }
+    if report.sequenced {
+        run_sequential(knobs, net, dir, clk, &mut report);
+    } else {
+        println!(
+            "==> {}: no sequential runs (ROUTER_BENCH_SEQUENTIAL=0)",
+            net.title
+        );
+    }
     if report.pipelined {
         run_pipeline(knobs, net, dir, clk, &mut report);
     } else if !net.is_loopback() {
         println!("==> {}: no pipelining runs (ROUTER_BENCH_PIPELINE=0)", net.title);
     }
     report
+}
+
+/// The sequential (overhead) runs of a case, every path.
+fn run_sequential(knobs: &Knobs, net: &Net, dir: &Path, clk: f64, report: &mut CaseReport) {
+    println!(
+        "==> {}: sequential produce latency, {} records one at a time after {SEQUENTIAL_WARMUP} unmeasured, \
+         linger.ms=0, acks={}",
+        net.title, net.sequential_records, knobs.acks
+    );
+    for rep in 0..knobs.repeat {
+        for way in order(rep, &knobs.ways) {
+            let run_dir = dir.join(format!("sequential-{}-{}", way.name(), rep + 1));
+            let run = match fs::create_dir_all(&run_dir) {
+                Ok(()) => sequential_run(knobs, net, way, &run_dir, rep + 1, clk),
+                Err(e) => SequentialRun {
+                    sequential: Err(format!("creating {}: {e}", run_dir.display())),
+                    notes: Vec::new(),
+                    logs: Vec::new(),
+                },
+            };
+            let w = way.name().len() + 8;
+            match &run.sequential {
+                Ok(s) => println!(
+                    "{} run {}: sequential {}; {} records in {:.2} s, {:.0}/s ({})",
+                    way.name(),
+                    rep + 1,
+                    describe_stats(&s.produce),
+                    s.records,
+                    s.secs,
+                    s.records as f64 / s.secs,
+                    describe_cpu(&s.cpu, way)
+                ),
+                Err(e) => println!("{} run {}: sequential n/a: {e}", way.name(), rep + 1),
+            }
+            print_notes_and_logs(w, run.sequential.is_err(), &run.notes, &run.logs);
+            report.dirs.push((way, run_dir));
+            report.sequential.push((way, run));
+        }
+    }
 }
 
 /// The pipelining runs of a case, direct and through Strait.
@@ -1514,9 +1828,10 @@ fn metric_value(r: &CaseReport, name: &str, way: Way) -> Option<f64> {
 impl CaseReport {
     fn print_table(&self, knobs: &Knobs) {
         println!(
-            "{}: median of {} runs per path; {} x {RECORD_BYTES} B records, {PARTITIONS} partitions, acks={}; \
-             latency at {}",
+            "{}, upstream {}: median of {} runs per path; {} x {RECORD_BYTES} B records, {PARTITIONS} partitions, \
+             acks={}; latency at {}",
             self.net.title,
+            knobs.upstream.title(),
             knobs.repeat,
             self.net.records,
             knobs.acks,
@@ -1567,7 +1882,7 @@ impl CaseReport {
         for (i, r) in reasons.iter().enumerate() {
             println!("[{}] {r}", i + 1);
         }
-        self.print_cpu();
+        self.print_cpu(knobs);
     }
 
     /// The CPU use of a phase in each successful run of `way`.
@@ -1580,6 +1895,12 @@ impl CaseReport {
             "consume" => throughput
                 .filter_map(|r| r.consume.as_ref().ok().map(|t| t.cpu))
                 .collect(),
+            "sequential" => self
+                .sequential
+                .iter()
+                .filter(|(w, _)| *w == way)
+                .filter_map(|(_, r)| r.sequential.as_ref().ok().map(|s| s.cpu))
+                .collect(),
             _ => self
                 .latency
                 .iter()
@@ -1590,21 +1911,26 @@ impl CaseReport {
     }
 
     /// Median CPU seconds per phase and process.
-    fn print_cpu(&self) {
+    fn print_cpu(&self, knobs: &Knobs) {
         type Pick = fn(&CpuUse) -> Option<f64>;
-        let procs: Vec<(&str, Pick)> = {
-            let mut p: Vec<(&str, Pick)> = vec![
-                ("tansu", |c| c.procs[TANSU]),
-                ("front (Strait / proxy)", |c| c.procs[FRONT]),
+        let procs: Vec<(String, Pick)> = {
+            let mut p: Vec<(String, Pick)> = vec![
+                (format!("upstream ({})", knobs.upstream.title()), |c| {
+                    c.procs[UPSTREAM]
+                }),
+                ("front (Strait / proxy)".into(), |c| c.procs[FRONT]),
             ];
             if !self.net.is_loopback() {
-                p.push(("relay", |c| c.procs[RELAY]));
+                p.push(("relay".into(), |c| c.procs[RELAY]));
             }
-            p.push(("client (librdkafka, this process)", |c| c.client));
-            p.push(("other (rest of the machine)", |c| c.other));
+            p.push(("client (librdkafka, this process)".into(), |c| c.client));
+            p.push(("other (rest of the machine)".into(), |c| c.other));
             p
         };
-        let phases = ["produce", "consume", "latency run"];
+        let mut phases = vec!["produce", "consume", "latency run"];
+        if self.sequenced {
+            phases.push("sequential");
+        }
         let mut rows = Vec::new();
         for phase in phases {
             let per_way: Vec<Vec<CpuUse>> = Way::ALL.iter().map(|&w| self.cpu_of(phase, w)).collect();
@@ -1628,8 +1954,9 @@ impl CaseReport {
         print_rows(&["phase: process", "direct", "Strait", "proxy"], &rows);
     }
 
-    /// WARN/ERROR lines in Strait's logs, and client errors per path.
-    fn print_log_summary(&self) {
+    /// WARN/ERROR lines in Strait's logs (the upstream Strait's apart),
+    /// and client errors per path.
+    fn print_log_summary(&self, knobs: &Knobs) {
         let logs: Vec<PathBuf> = self
             .dirs
             .iter()
@@ -1640,6 +1967,17 @@ impl CaseReport {
             &format!("{}: Strait logs", self.net.title),
             logs.iter().map(PathBuf::as_path),
         );
+        if knobs.upstream == Upstream::Strait {
+            let logs: Vec<PathBuf> = self
+                .dirs
+                .iter()
+                .map(|(_, dir)| dir.join(Upstream::Strait.log()))
+                .collect();
+            common::print_flagged_lines(
+                &format!("{}: upstream Strait logs", self.net.title),
+                logs.iter().map(PathBuf::as_path),
+            );
+        }
         for way in Way::ALL {
             let notes: Vec<&String> = self
                 .throughput
@@ -1648,6 +1986,12 @@ impl CaseReport {
                 .flat_map(|(_, r)| &r.notes)
                 .chain(
                     self.latency
+                        .iter()
+                        .filter(|(w, _)| *w == way)
+                        .flat_map(|(_, r)| &r.notes),
+                )
+                .chain(
+                    self.sequential
                         .iter()
                         .filter(|(w, _)| *w == way)
                         .flat_map(|(_, r)| &r.notes),
@@ -1668,6 +2012,85 @@ impl CaseReport {
                     notes[0]
                 );
             }
+        }
+    }
+
+    /// A figure of the sequential runs of `way`, one per run.
+    fn sequential_values(&self, way: Way, f: impl Fn(&Stats) -> f64) -> Vec<Res<f64>> {
+        self.sequential
+            .iter()
+            .filter(|(w, _)| *w == way)
+            .map(|(_, r)| r.sequential.as_ref().map(|s| f(&s.produce)).map_err(Clone::clone))
+            .collect()
+    }
+
+    /// The median of a figure of the sequential runs of `way`.
+    fn sequential_value(&self, way: Way, f: impl Fn(&Stats) -> f64) -> Option<f64> {
+        median(
+            self.sequential_values(way, f)
+                .into_iter()
+                .filter_map(Result::ok)
+                .collect(),
+        )
+    }
+
+    /// The overhead table: the sequential produce latency p50/p99/max per
+    /// path and what Strait and the proxy add to the direct path's.
+    fn print_sequential_table(&self, knobs: &Knobs) {
+        println!(
+            "{}, upstream {}: sequential produce latency (one record at a time), median of {} runs per path; \
+             {} x {RECORD_BYTES} B records after {SEQUENTIAL_WARMUP} unmeasured, to a topic of \
+             {SEQUENTIAL_PARTITIONS} partition, acks={}, linger.ms=0",
+            self.net.title,
+            knobs.upstream.title(),
+            knobs.repeat,
+            self.net.sequential_records,
+            knobs.acks
+        );
+        type Figure = fn(&Stats) -> f64;
+        let figures: [(&str, Figure); 3] = [
+            ("sequential produce latency p50 ms", |s| s.p50),
+            ("sequential produce latency p99 ms", |s| s.p99),
+            ("sequential produce latency max ms", |s| s.max),
+        ];
+        let mut reasons = Vec::new();
+        let mut rows = Vec::new();
+        for (name, f) in figures {
+            let cells: Vec<Cell> = Way::ALL
+                .iter()
+                .map(|&w| {
+                    cell(
+                        w.title(),
+                        self.sequential_values(w, f),
+                        &|v| format!("{v:.3}"),
+                        &mut reasons,
+                    )
+                })
+                .collect();
+            let adds = |c: &Cell| match (c.value, cells[0].value) {
+                (Some(v), Some(d)) => format!("{:+.3} ms", v - d),
+                _ => "n/a".into(),
+            };
+            let mut row = vec![name.to_owned()];
+            row.extend(cells.iter().map(|c| c.text.clone()));
+            row.push(adds(&cells[1]));
+            row.push(adds(&cells[2]));
+            rows.push(row);
+        }
+        print_rows(
+            &[
+                "metric",
+                "direct",
+                "Strait",
+                "proxy",
+                "Strait adds (vs direct)",
+                "proxy adds (vs direct)",
+            ],
+            &rows,
+        );
+        println!("send to delivery report, each record sent after the report of the one before");
+        for (i, r) in reasons.iter().enumerate() {
+            println!("[{}] {r}", i + 1);
         }
     }
 
@@ -1789,6 +2212,17 @@ fn print_goals(reports: &[CaseReport]) {
                     "  {}: Strait adds <= {GOAL_ADDED_P99_MS} ms to the direct {name} at half the max load: {} ({})",
                     r.net.title,
                     verdict(added.map(|a| a <= GOAL_ADDED_P99_MS)),
+                    added.map_or_else(|| "n/a".into(), |a| format!("{a:+.3} ms"))
+                );
+            }
+            if r.sequenced {
+                let p99 = |w| r.sequential_value(w, |s| s.p99);
+                let added = p99(Way::Strait).zip(p99(Way::Direct)).map(|(s, d)| s - d);
+                println!(
+                    "  {}: Strait adds <= {GOAL_SEQUENTIAL_ADDED_P99_MS} ms to the direct sequential produce latency \
+                     p99: {} ({})",
+                    r.net.title,
+                    verdict(added.map(|a| a <= GOAL_SEQUENTIAL_ADDED_P99_MS)),
                     added.map_or_else(|| "n/a".into(), |a| format!("{a:+.3} ms"))
                 );
             }
