@@ -870,3 +870,62 @@ fn a_fetch_across_destinations_keeps_to_its_max_bytes_in_all() {
     );
     assert_eq!(sizes.iter().filter(|(_, n, _)| *n > 0).count(), 1, "{sizes:?}");
 }
+
+#[test]
+fn a_fetch_answers_every_partition_with_its_own_records_in_any_order() {
+    // A broker that answers every partition it was asked for (Strait
+    // does; Tansu leaves out those without records), asked for partition
+    // 0 after others: each partition gets its own records back.
+    let upstream = Strait::start(&[]);
+    support::create_topic("ck_admin.py", &upstream.bootstrap(), "spread", 4);
+    let (gateway, _dir) = in_front_of(&upstream.bootstrap());
+    let mut c = raw::Conn::open(gateway.port(), "fetcher");
+    for p in 0..3 {
+        let batch = build::batch(1_000, &[format!("p{p}").as_bytes()]);
+        assert_eq!(c.produce("dc1.spread", p, &batch, 10_000), (0, 0));
+    }
+    let fetch = |p: i32| {
+        kafka_protocol::messages::fetch_request::FetchPartition::default()
+            .with_partition(p)
+            .with_fetch_offset(0)
+            .with_partition_max_bytes(1 << 20)
+    };
+    let request = kafka_protocol::messages::FetchRequest::default()
+        .with_max_wait_ms(500)
+        .with_min_bytes(1)
+        .with_max_bytes(8 << 20)
+        .with_topics(vec![
+            kafka_protocol::messages::fetch_request::FetchTopic::default()
+                .with_topic(kafka_protocol::messages::TopicName(
+                    kafka_protocol::protocol::StrBytes::from_static_str("dc1.spread"),
+                ))
+                .with_partitions(vec![fetch(2), fetch(3), fetch(1), fetch(0)]),
+        ]);
+    let response = c.fetch(&request);
+    assert_eq!(response.responses.len(), 1, "{response:?}");
+    // Each partition's index, watermark and which of the values its
+    // records hold (uncompressed, so the value's bytes are in them).
+    let answered: Vec<(i32, i64, Vec<String>)> = response.responses[0]
+        .partitions
+        .iter()
+        .map(|p| {
+            assert_eq!(p.error_code, 0, "{p:?}");
+            let records = p.records.clone().unwrap_or_default();
+            let held = (0..4)
+                .map(|v| format!("p{v}"))
+                .filter(|v| records.windows(2).any(|w| w == v.as_bytes()))
+                .collect();
+            (p.partition_index, p.high_watermark, held)
+        })
+        .collect();
+    let held = |v: &str| vec![v.to_owned()];
+    assert_eq!(
+        answered,
+        vec![
+            (2, 1, held("p2")),
+            (3, 0, vec![]),
+            (1, 1, held("p1")),
+            (0, 1, held("p0"))
+        ]
+    );
+}

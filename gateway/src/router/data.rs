@@ -528,11 +528,14 @@ fn find_fetched(response: &mut FetchResponse, item: &Item<FetchPartition>) -> Op
         .iter_mut()
         .find(|t| t.topic.as_str() == item.upstream)
         .and_then(|t| {
-            t.partitions
-                .iter_mut()
-                .find(|p| p.partition_index == item.partition)
-        })
-        .map(std::mem::take);
+            // Removed, not taken: a taken slot would be left with the
+            // default partition index 0 and found again for partition 0.
+            let at = t
+                .partitions
+                .iter()
+                .position(|p| p.partition_index == item.partition)?;
+            Some(t.partitions.swap_remove(at))
+        });
     let mut data = found.unwrap_or_else(|| {
         fetch_error(item.partition, 0)
             .with_high_watermark(-1)
