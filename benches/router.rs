@@ -63,9 +63,12 @@
 //! batches hold many records.
 //!
 //! 1. *Produce throughput*: `ROUTER_BENCH_RECORDS` records sent as fast as
-//!    the producer takes them, timed from the first send (after the
-//!    producer fetched metadata through its path) to the last delivery
-//!    report.
+//!    the producer takes them, timed from the first send to the last
+//!    delivery report, after one record to each partition was sent and
+//!    delivered unmeasured (so every connection on the path is open and
+//!    Strait knows the topic's leaders: over the round trip a run lasts
+//!    only a few of them, and opening connections on the way would count
+//!    two or three more against the front).
 //! 2. *Consume throughput*: those records read back by a new consumer,
 //!    timed from the assignment (after its metadata) to the last record.
 //! 3. *Produce latency* at half of the maximum load: the median records/s
@@ -1212,6 +1215,15 @@ fn produce_throughput(
 ) -> Res<(f64, Vec<u64>)> {
     let deliveries = Deliveries::new(Instant::now(), false, PARTITIONS);
     let producer = producer(knobs, bootstrap, topic, PARTITIONS, None, deliveries)?;
+    // One record to each partition, delivered before the clock starts.
+    let value = payload();
+    for p in 0..PARTITIONS {
+        send(&producer, topic, &value, p, 0)?;
+    }
+    producer
+        .context()
+        .wait_for(PARTITIONS as u64)
+        .map_err(|e| format!("the warm-up records: {e}"))?;
     let produced = common::produce_records(&producer, topic, records, PARTITIONS)?;
     note_client_errors(
         "producer",
