@@ -1879,7 +1879,7 @@ impl CaseReport {
             row.push(vs(&cells[2]));
             rows.push(row);
         }
-        print_rows(
+        print_table_notes(
             &[
                 "metric",
                 "direct",
@@ -1889,11 +1889,9 @@ impl CaseReport {
                 "Strait vs proxy",
             ],
             &rows,
+            "throughput: Strait / other (> 1 better); latency: Strait minus other (< 0 better)",
+            &reasons,
         );
-        println!("throughput: Strait / other (> 1 better); latency: Strait minus other (< 0 better)");
-        for (i, r) in reasons.iter().enumerate() {
-            println!("[{}] {r}", i + 1);
-        }
         self.print_cpu(knobs);
     }
 
@@ -2089,7 +2087,7 @@ impl CaseReport {
             row.push(adds(&cells[2]));
             rows.push(row);
         }
-        print_rows(
+        print_table_notes(
             &[
                 "metric",
                 "direct",
@@ -2099,11 +2097,9 @@ impl CaseReport {
                 "proxy adds (vs direct)",
             ],
             &rows,
+            "send to delivery report, each record sent after the report of the one before",
+            &reasons,
         );
-        println!("send to delivery report, each record sent after the report of the one before");
-        for (i, r) in reasons.iter().enumerate() {
-            println!("[{}] {r}", i + 1);
-        }
     }
 
     /// The records/s of the pipelining producers with `in_flight`, one per
@@ -2178,7 +2174,7 @@ impl CaseReport {
             row.push(String::new());
             rows.push(row);
         }
-        print_rows(
+        print_table_notes(
             &[
                 "producer (max.in.flight.requests.per.connection)",
                 "direct",
@@ -2186,14 +2182,20 @@ impl CaseReport {
                 "Strait vs direct",
             ],
             &rows,
-        );
-        println!(
             "records/s from the first send to the last delivery report (one record delivered before); \
-             ratios of the medians"
+             ratios of the medians",
+            &reasons,
         );
-        for (i, r) in reasons.iter().enumerate() {
-            println!("[{}] {r}", i + 1);
-        }
+    }
+}
+
+/// A table, the line that says how to read it, and the numbered reasons
+/// its "n/a" cells refer to.
+fn print_table_notes(header: &[&str], rows: &[Vec<String>], note: &str, reasons: &[String]) {
+    print_rows(header, rows);
+    println!("{note}");
+    for (i, r) in reasons.iter().enumerate() {
+        println!("[{}] {r}", i + 1);
     }
 }
 

@@ -209,6 +209,15 @@ routes:
     (Strait::start(&["--config", path.to_str().unwrap()]), dir)
 }
 
+/// A `strait serve` as cluster dc1 holding `topic` (of `partitions`),
+/// behind a Strait from [`in_front_of`].
+fn over_strait_upstream(topic: &str, partitions: i32) -> (Strait, Strait, tempfile::TempDir) {
+    let upstream = Strait::start(&[]);
+    support::create_topic("ck_admin.py", &upstream.bootstrap(), topic, partitions);
+    let (gateway, dir) = in_front_of(&upstream.bootstrap());
+    (upstream, gateway, dir)
+}
+
 #[test]
 fn an_idempotent_producer_keeps_its_checks_upstream_under_the_clusters_own_producer_id() {
     // The upstream is a `strait serve`: Tansu does not check sequences.
@@ -608,9 +617,7 @@ fn strait_created(strait: &Strait, topic: &str) -> bool {
 
 #[test]
 fn leader_epochs_and_record_deletion_reach_the_upstream() {
-    let upstream = Strait::start(&[]);
-    support::create_topic("ck_admin.py", &upstream.bootstrap(), "epochs", 1);
-    let (gateway, _dir) = in_front_of(&upstream.bootstrap());
+    let (_upstream, gateway, _dir) = over_strait_upstream("epochs", 1);
     let mut c = raw::Conn::open(gateway.port(), "epochs");
     for i in 0..3 {
         let batch = build::batch(1_000 + i, &[b"x", b"y"]);
@@ -813,9 +820,7 @@ fn a_stalled_upstream_holds_bounded_memory_and_local_topics_keep_working() {
 
 #[test]
 fn a_fetch_across_destinations_keeps_to_its_max_bytes_in_all() {
-    let upstream = Strait::start(&[]);
-    support::create_topic("ck_admin.py", &upstream.bootstrap(), "big", 1);
-    let (gateway, _dir) = in_front_of(&upstream.bootstrap());
+    let (_upstream, gateway, _dir) = over_strait_upstream("big", 1);
     support::create_topic("ck_admin.py", &gateway.bootstrap(), "local-big", 1);
     let mut c = raw::Conn::open(gateway.port(), "fetcher");
     let batch = build::batch(1_000, &[&vec![3u8; 400 << 10]]);
@@ -877,9 +882,7 @@ fn a_fetch_answers_every_partition_with_its_own_records_in_any_order() {
     // A broker that answers every partition it was asked for (Strait
     // does; Tansu leaves out those without records), asked for partition
     // 0 after others: each partition gets its own records back.
-    let upstream = Strait::start(&[]);
-    support::create_topic("ck_admin.py", &upstream.bootstrap(), "spread", 4);
-    let (gateway, _dir) = in_front_of(&upstream.bootstrap());
+    let (_upstream, gateway, _dir) = over_strait_upstream("spread", 4);
     let mut c = raw::Conn::open(gateway.port(), "fetcher");
     for p in 0..3 {
         let batch = build::batch(1_000, &[format!("p{p}").as_bytes()]);
