@@ -7,6 +7,8 @@
 //! - `strait spool verify DIR`: check every batch and index entry on disk.
 //! - `strait spool dump DIR [--from OFFSET] [--records]`: list the batches
 //!   (and records) of a partition.
+//!
+//! `--log-format json` (any command) writes one JSON object per log line.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,8 +35,22 @@ static ALLOCATOR: strait_gateway::alloc::GuardedAlloc = strait_gateway::alloc::G
     about = "Kafka protocol gateway and cross-datacenter mirror"
 )]
 struct Cli {
+    /// Log lines as text for people (`human`, the default) or one JSON
+    /// object per line (`json`), on standard error. STRAIT_LOG sets the
+    /// level (`info`; `debug`, `strait_gateway=trace`, ...).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human, env = "STRAIT_LOG_FORMAT")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Text with the time, level, span fields and message.
+    Human,
+    /// One JSON object per line: timestamp, level, fields, target, spans.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -58,7 +74,8 @@ enum Command {
         data_dir: Option<PathBuf>,
     },
     /// Run the mirrors of a configuration file (`mirrors:`), with its admin
-    /// listener (`admin.listen`: /metrics, /healthz) if set.
+    /// listener (`admin.listen`: status page, /metrics, /readyz, JSON) if
+    /// set.
     Mirror {
         /// The YAML configuration file.
         #[arg(long, short)]
@@ -101,13 +118,16 @@ enum SpoolCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STRAIT_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STRAIT_LOG").unwrap_or_else(|_| "info".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Human => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().with_current_span(true).with_span_list(false).init(),
+    }
     let result = match cli.command {
         Command::Serve {
             config,

@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use anyhow::Context;
-use prometheus::Registry;
 use strait_config::Config;
 use tokio::sync::watch;
 
@@ -27,15 +26,16 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let (stop, stopped) = watch::channel(false);
-        let registry = Registry::new();
-        let admin = crate::admin::start_configured(&config, &registry, &stopped).await?;
-        let mut mirrors = crate::mirrors::start(&config, &registry, &stopped)?;
+        let admin = crate::admin::Admin::new(false);
+        strait_upstream::metrics::register(&admin.registry)?;
+        let listener = crate::admin::start_configured(&config, &admin, &stopped).await?;
+        let mut mirrors = crate::mirrors::start(&config, &admin, &stopped)?;
         tracing::info!(mirrors = config.mirrors.len(), "Strait is mirroring");
         crate::serve::shutdown_signal().await;
         stop.send_replace(true);
         while mirrors.join_next().await.is_some() {}
-        if let Some(admin) = admin {
-            let _ = admin.await;
+        if let Some(listener) = listener {
+            let _ = listener.await;
         }
         Ok(())
     })

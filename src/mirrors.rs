@@ -4,28 +4,35 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::Registry;
 use strait_config::mirror::{OnLostRecords, StartPosition};
 use strait_config::Config;
 use strait_mirror::metrics::{MirrorMetrics, PartitionCollector};
 use strait_mirror::mirror::{MirrorSpec, Partitions};
 use strait_mirror::partition::OnLost;
 use strait_mirror::resume::StartAt;
+use strait_mirror::status::{StatusCollector, Tracker};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-/// Starts every mirror of a validated `config` and registers their metrics
-/// in `registry`. Each runs until `shutdown` turns true, then writes what
-/// it fetched (for at most `server.shutdown_grace`) and commits.
+/// Starts every mirror of a validated `config`, registers their metrics
+/// and hands their status to `admin`. Each runs until `shutdown` turns
+/// true, then writes what it fetched (for at most `server.shutdown_grace`)
+/// and commits.
 pub fn start(
     config: &Config,
-    registry: &Registry,
+    admin: &crate::admin::Admin,
     shutdown: &watch::Receiver<bool>,
 ) -> anyhow::Result<JoinSet<()>> {
+    let registry = &admin.registry;
     let clusters = strait_gateway::launch::upstream_clusters(config);
     let metrics = MirrorMetrics::register(registry)?;
     let collector = Arc::new(PartitionCollector::new(config.admin.partition_labels));
     registry.register(Box::new(CollectorHandle(collector.clone())))?;
+    let tracker = Arc::new(Tracker::default());
+    registry.register(Box::new(StatusCollector::new(
+        tracker.clone(),
+        config.admin.partition_labels,
+    )))?;
     let mut tasks = JoinSet::new();
     for (name, m) in &config.mirrors {
         let filter = m.topic_filter();
@@ -51,10 +58,20 @@ pub fn start(
             shutdown_grace: Duration::from(config.server.shutdown_grace),
             metrics: metrics.clone(),
         };
+        metrics.start_mirror(name);
         let partitions = Partitions::default();
         collector.add(name, partitions.clone());
+        tracker.add(
+            name,
+            &m.source,
+            &m.target,
+            m.commit_interval.into(),
+            partitions.clone(),
+        );
         tasks.spawn(strait_mirror::mirror::run(spec, partitions, shutdown.clone()));
     }
+    tokio::spawn(tracker.clone().run(shutdown.clone()));
+    admin.set_mirrors(tracker);
     Ok(tasks)
 }
 

@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use prometheus::Registry;
 use strait_config::Config;
 use strait_gateway::launch::Strait;
 use tokio::sync::watch;
@@ -72,13 +71,23 @@ pub fn run(overrides: Overrides) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let (stop, stopped) = watch::channel(false);
-        let registry = Registry::new();
-        let admin = crate::admin::start_configured(&config, &registry, &stopped).await?;
+        let admin = crate::admin::Admin::new(true);
+        strait_gateway::metrics::register(&admin.registry)?;
+        let listener = crate::admin::start_configured(&config, &admin, &stopped).await?;
         let strait = Strait::start(&config)
             .await
             .map_err(|e| blame(e.key(), e.to_string()))?;
+        admin
+            .registry
+            .register(Box::new(strait.collector(config.admin.topic_labels)))?;
+        admin.set_gateway(crate::admin::Gateway {
+            listen: strait.local_addr()?,
+            routes: serde_json::to_value(config.effective_routes())?,
+            groups: serde_json::to_value(config.effective_groups())?,
+            upstreams: strait.upstreams().clone(),
+        });
         // The mirrors of the configuration run beside the broker.
-        let mut mirrors = crate::mirrors::start(&config, &registry, &stopped)?;
+        let mut mirrors = crate::mirrors::start(&config, &admin, &stopped)?;
         tokio::spawn(async move {
             shutdown_signal().await;
             stop.send_replace(true);
@@ -91,8 +100,8 @@ pub fn run(overrides: Overrides) -> anyhow::Result<()> {
             .await
             .context("serving");
         while mirrors.join_next().await.is_some() {}
-        if let Some(admin) = admin {
-            let _ = admin.await;
+        if let Some(listener) = listener {
+            let _ = listener.await;
         }
         served
     })

@@ -1,4 +1,5 @@
-//! The `admin:` section: the HTTP listener for `/metrics` and `/healthz`,
+//! The `admin:` section: the HTTP listener for the status page, `/metrics`,
+//! `/healthz`, `/readyz` and the JSON API,
 //! and what the metrics are labelled with.
 
 use std::net::SocketAddr;
@@ -24,6 +25,10 @@ pub struct AdminConfig {
     /// many partitions, where one series per partition costs the
     /// monitoring system more than it is worth.
     pub partition_labels: bool,
+    /// Label the local spool's metrics per topic. Default `true`; switch
+    /// it off with very many local topics: their sizes are then summed
+    /// into one series.
+    pub topic_labels: bool,
 }
 
 impl Default for AdminConfig {
@@ -31,6 +36,7 @@ impl Default for AdminConfig {
         AdminConfig {
             listen: None,
             partition_labels: true,
+            topic_labels: true,
         }
     }
 }

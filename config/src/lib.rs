@@ -223,7 +223,8 @@ impl Config {
             .unwrap_or_else(|e| panic!("group routes were not validated: {e}"))
     }
 
-    fn effective_routes(&self) -> Vec<RouteConfig> {
+    /// `routes:` as given, or the default when empty.
+    pub fn effective_routes(&self) -> Vec<RouteConfig> {
         if self.routes.is_empty() {
             route::default_routes()
         } else {
@@ -231,7 +232,8 @@ impl Config {
         }
     }
 
-    fn effective_groups(&self) -> Vec<GroupRouteConfig> {
+    /// `groups:` as given, or the default when empty.
+    pub fn effective_groups(&self) -> Vec<GroupRouteConfig> {
         if self.groups.is_empty() {
             route::default_group_routes()
         } else {

@@ -327,6 +327,7 @@ clusters: {}
 admin:
   listen: null
   partition_labels: true
+  topic_labels: true
 mirrors: {}
 routes:
 - regex: .*
@@ -377,6 +378,7 @@ clusters:
 admin:
   listen: 127.0.0.1:9644
   partition_labels: true
+  topic_labels: true
 mirrors:
   nj-to-cq:
     source: nj

@@ -313,6 +313,17 @@ impl Strait {
         })
     }
 
+    /// The upstream clusters, by name (the handles the router uses).
+    pub fn upstreams(&self) -> &BTreeMap<String, Cluster> {
+        self.router.upstreams()
+    }
+
+    /// The metrics read from the local broker when scraped: topic sizes,
+    /// the disk, groups.
+    pub fn collector(&self, topic_labels: bool) -> crate::metrics::BrokerCollector {
+        crate::metrics::BrokerCollector::new(self.router.broker(), topic_labels)
+    }
+
     /// The address the listener is bound to.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
@@ -327,13 +338,16 @@ impl Strait {
             listener,
             options,
         } = self;
-        serve(listener, Arc::clone(&router), options, shutdown).await?;
+        let watch = tokio::spawn(watch_upstreams(router.upstreams().clone()));
+        let served = serve(listener, Arc::clone(&router), options, shutdown).await;
+        watch.abort();
+        served?;
         // Every connection task has ended, so this is the last handle on
         // the broker: close every partition (sync, persist the recovery
         // point), then stop the I/O threads.
         let in_use = || std::io::Error::other("the broker is still in use");
         let broker = Arc::try_unwrap(router).map_err(|_| in_use())?.into_broker();
-        let broker = Arc::try_unwrap(broker).map_err(|_| in_use())?;
+        let broker = last_handle(broker).await.ok_or_else(in_use)?;
         let closed = tokio::task::spawn_blocking(move || -> Result<(), String> {
             // On several threads: a close may sync, which is waiting.
             let logs: Vec<_> = broker
@@ -365,6 +379,35 @@ impl Strait {
             Err(e) => Err(std::io::Error::other(format!("closing the spool: {e}"))),
         }
     }
+}
+
+/// How often every upstream cluster's metadata is loaded, so that its
+/// health (`strait_upstream_up`, `/readyz`) is known while no client uses
+/// it.
+const HEALTH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Loads each cluster's metadata now and every [`HEALTH_INTERVAL`] (a
+/// failure is counted and logged by the cluster itself).
+async fn watch_upstreams(clusters: BTreeMap<String, Cluster>) {
+    let mut tick = tokio::time::interval(HEALTH_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        futures_util::future::join_all(clusters.values().map(|c| c.refresh())).await;
+    }
+}
+
+/// Takes `broker` back once no one else holds it: a scrape of the metrics
+/// may hold it for a moment.
+async fn last_handle(mut broker: Arc<Broker>) -> Option<Broker> {
+    for _ in 0..100 {
+        match Arc::try_unwrap(broker) {
+            Ok(broker) => return Some(broker),
+            Err(shared) => broker = shared,
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    None
 }
 
 /// The cluster id, created on first start and kept in the data directory.

@@ -11,6 +11,7 @@
 //! - [`router`]: in front of the broker when `routes:` lead to upstream
 //!   clusters: splits each request by destination and merges the answers.
 //! - [`launch`]: assembles all of it from a configuration and shuts it down.
+//! - [`metrics`]: the gateway's Prometheus metrics.
 //! - [`versions`]: the APIs and versions Strait advertises.
 //! - [`error`]: errors, and the one function that picks Kafka error codes.
 //! - [`alloc`]: the global allocator that keeps forged array lengths in a
@@ -23,6 +24,7 @@ pub mod error;
 pub mod frame;
 pub mod group;
 pub mod launch;
+pub mod metrics;
 pub mod producers;
 pub mod router;
 pub mod server;

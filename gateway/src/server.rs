@@ -25,11 +25,13 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
+use tracing::Instrument;
 
 use crate::broker::Reply;
 use crate::codec::{decode_request, encode_response, peek_client_id, peek_header};
 use crate::error::{DecodeError, FrameError};
 use crate::frame::{read_frame, write_chunks};
+use crate::metrics::{self, CloseCause};
 use crate::router::session::Session;
 use crate::router::Router;
 use crate::versions;
@@ -96,14 +98,22 @@ pub async fn serve(
         let read_ahead = Arc::clone(&read_ahead);
         let options = options.clone();
         let stop = stop_rx.clone();
-        connections.spawn(async move {
-            let _permit = permit;
-            match connection(stream, peer, &router, &options, &read_ahead, stop).await {
-                Ok(()) => {}
-                Err(why) if why == CLIENT_GONE => tracing::debug!(%peer, "{why}"),
-                Err(why) => tracing::warn!(%peer, "closing connection: {why}"),
+        metrics::connection_opened();
+        // Every line logged for this connection names the client: its
+        // address now, its client id once a request carries one.
+        let span = tracing::info_span!("connection", %peer, client_id = tracing::field::Empty);
+        connections.spawn(
+            async move {
+                let _permit = permit;
+                let (cause, why) = connection(stream, peer, &router, &options, &read_ahead, stop).await;
+                metrics::connection_closed(cause);
+                match why {
+                    None => tracing::debug!(cause = cause.as_str(), "connection closed"),
+                    Some(why) => tracing::warn!(cause = cause.as_str(), "closing connection: {why}"),
+                }
             }
-        });
+            .instrument(span),
+        );
     }
     drop(listener);
     tracing::info!("shutting down: no new connections, finishing requests in flight");
@@ -222,7 +232,8 @@ async fn drive<T>(
 }
 
 /// Serves one connection until the client leaves, it misbehaves, it idles
-/// out, or shutdown begins. `Err` carries the reason to log.
+/// out, or shutdown begins: why it closed, and what to log (nothing when
+/// the client left or Strait stopped).
 ///
 /// Requests are read while earlier ones are in flight (up to
 /// [`MAX_IN_FLIGHT`] and [`MAX_IN_FLIGHT_BYTES`]) and started in order
@@ -236,7 +247,8 @@ async fn connection(
     options: &ServerOptions,
     read_ahead: &AtomicUsize,
     mut stop: watch::Receiver<bool>,
-) -> Result<(), String> {
+) -> (CloseCause, Option<String>) {
+    let closed = |cause: CloseCause, why: String| (cause, Some(why));
     let _ = stream.set_nodelay(true);
     let (reader, mut writer) = stream.into_split();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
@@ -254,33 +266,43 @@ async fn connection(
     // closed its end or sent something that closes the connection once
     // earlier requests are answered.
     let mut draining = false;
+    // Whether shutdown is what ended the reading.
+    let mut stopping = false;
     loop {
         if let Some((answered, reply)) = ready.pop_front() {
             in_flight_bytes.sub(answered.size);
             match reply {
                 Reply::Respond(body) => {
                     tracing::trace!(%peer, ?body, "response");
-                    drive(
+                    let sent = drive(
                         send(&mut writer, answered, *body, options),
                         &mut in_flight,
                         &mut ready,
                     )
-                    .await
-                    .map_err(|why| {
-                        if why == CLIENT_GONE {
-                            why
-                        } else {
-                            format!("{why} (client {client:?})")
-                        }
-                    })?
+                    .await;
+                    match sent {
+                        Ok(()) => {}
+                        Err((CloseCause::Client, _)) => return (CloseCause::Client, None),
+                        Err((cause, why)) => return closed(cause, format!("{why} (client {client:?})")),
+                    }
                 }
                 Reply::Silent => {}
-                Reply::Close(why) => return Err(format!("{why} (client {client:?}, peer {peer})")),
+                Reply::Close(why) => {
+                    return closed(
+                        CloseCause::Protocol,
+                        format!("{why} (client {client:?}, peer {peer})"),
+                    )
+                }
             }
             continue;
         }
         if draining && in_flight.is_empty() {
-            return Ok(());
+            let cause = if stopping {
+                CloseCause::Shutdown
+            } else {
+                CloseCause::Client
+            };
+            return (cause, None);
         }
         let room = !draining
             && (in_flight.is_empty() || (in_flight.len() < MAX_IN_FLIGHT && in_flight_bytes.room()));
@@ -300,13 +322,25 @@ async fn connection(
             _ = stop.changed(), if !draining => Event::Stop,
         };
         match event {
-            Event::Stop => draining = true,
+            Event::Stop => {
+                draining = true;
+                stopping = true;
+            }
             Event::Answered(answered, reply) => ready.push_back((answered, reply)),
-            Event::Readable(Err(_)) => return Err(format!("idle for {:?}", options.idle_timeout)),
+            Event::Readable(Err(_)) => {
+                return closed(CloseCause::Idle, format!("idle for {:?}", options.idle_timeout))
+            }
             // The client closed its end: what it sent is still answered.
             Event::Readable(Ok(Ok(false))) => draining = true,
-            Event::Readable(Ok(Err(e))) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(()),
-            Event::Readable(Ok(Err(e))) => return Err(format!("reading a request: {e} (client {client:?})")),
+            Event::Readable(Ok(Err(e))) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return (CloseCause::Client, None)
+            }
+            Event::Readable(Ok(Err(e))) => {
+                return closed(
+                    CloseCause::Io,
+                    format!("reading a request: {e} (client {client:?})"),
+                )
+            }
             Event::Readable(Ok(Ok(true))) => {
                 // Once a request has begun, all of it must arrive within
                 // `request_timeout`.
@@ -318,15 +352,19 @@ async fn connection(
                     frame = drive(read, &mut in_flight, &mut ready) => frame,
                     _ = stop.changed() => {
                         draining = true;
+                        stopping = true;
                         continue;
                     }
                 };
                 let frame = match frame {
                     Err(_) => {
-                        return Err(format!(
+                        return closed(
+                            CloseCause::Timeout,
+                            format!(
                             "a request did not arrive whole within request_timeout {:?} (client {client:?})",
                             options.request_timeout
-                        ))
+                        ),
+                        )
                     }
                     Ok(Ok(Some(frame))) => frame,
                     Ok(Ok(None)) => {
@@ -334,11 +372,16 @@ async fn connection(
                         continue;
                     }
                     Ok(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::ConnectionReset => {
-                        return Ok(())
+                        return (CloseCause::Client, None)
                     }
-                    Ok(Err(e)) => return Err(format!("{e} (client {client:?})")),
+                    Ok(Err(e @ FrameError::Io(_))) => {
+                        return closed(CloseCause::Io, format!("{e} (client {client:?})"))
+                    }
+                    Ok(Err(e)) => return closed(CloseCause::Protocol, format!("{e} (client {client:?})")),
                 };
                 let size = frame.len();
+                metrics::client_bytes(size + 4, 0);
+                let received = std::time::Instant::now();
                 in_flight_bytes.add(size);
                 let request = match decode_request(frame.clone()) {
                     Ok(request) => request,
@@ -372,7 +415,7 @@ async fn connection(
                             "{e} (api key {api_key} v{version}, correlation id {correlation_id}, client {client:?})"
                         );
                         if in_flight.is_empty() {
-                            return Err(why);
+                            return closed(CloseCause::Protocol, why);
                         }
                         // Earlier requests are answered first.
                         let answered = Answered {
@@ -389,6 +432,7 @@ async fn connection(
                 if let Some(id) = &request.client_id {
                     if *id != client {
                         client.clone_from(id);
+                        tracing::Span::current().record("client_id", client.as_str());
                     }
                 }
                 let answered = Answered {
@@ -399,7 +443,11 @@ async fn connection(
                 };
                 tracing::trace!(%peer, ?request, "request");
                 let pending = drive(router.start(&mut session, request), &mut in_flight, &mut ready).await;
-                in_flight.push_back(Box::pin(async move { (answered, pending.await) }));
+                in_flight.push_back(Box::pin(async move {
+                    let reply = pending.await;
+                    metrics::answered(answered.api, received.elapsed(), &reply);
+                    (answered, reply)
+                }));
             }
         }
     }
@@ -427,8 +475,10 @@ async fn send(
     answered: Answered,
     body: ResponseKind,
     options: &ServerOptions,
-) -> Result<(), String> {
-    let frame = encode_response(answered.api, answered.version, answered.correlation_id, body)?;
+) -> Result<(), (CloseCause, String)> {
+    let frame = encode_response(answered.api, answered.version, answered.correlation_id, body)
+        .map_err(|why| (CloseCause::Protocol, why))?;
+    metrics::client_bytes(0, frame.len());
     match write_chunks(writer, frame.chunks(), options.idle_timeout).await {
         Ok(()) => Ok(()),
         // The client hung up with a request in flight (as clients do when
@@ -439,16 +489,16 @@ async fn send(
                 std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
             ) =>
         {
-            Err(CLIENT_GONE.to_owned())
+            Err((CloseCause::Client, "client closed the connection".to_owned()))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(format!(
-            "the client read none of a {} byte response for {:?} (idle_timeout)",
-            frame.len(),
-            options.idle_timeout
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err((
+            CloseCause::SlowClient,
+            format!(
+                "the client read none of a {} byte response for {:?} (idle_timeout)",
+                frame.len(),
+                options.idle_timeout
+            ),
         )),
-        Err(e) => Err(format!("writing a response: {e}")),
+        Err(e) => Err((CloseCause::Io, format!("writing a response: {e}"))),
     }
 }
-
-/// The reason given when the client closed its end first.
-const CLIENT_GONE: &str = "client closed the connection";

@@ -86,6 +86,16 @@ impl MirrorError {
         )
     }
 
+    /// Every [`MirrorError::kind`].
+    pub const KINDS: [&'static str; 6] = [
+        "source",
+        "target",
+        "source_data",
+        "producer_state",
+        "diverged",
+        "lost_records",
+    ];
+
     /// A short, stable name for the error's kind (a metric label).
     pub fn kind(&self) -> &'static str {
         match self {

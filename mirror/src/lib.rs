@@ -20,7 +20,8 @@
 //!   Produce requests per target broker).
 //! - [`topics`]: target topics created with the source's partitions and
 //!   configs; [`positions`]: committed positions on the source.
-//! - [`metrics`]: the Prometheus metrics.
+//! - [`metrics`]: the Prometheus metrics; [`status`]: each partition's
+//!   Burrow-style status over a sliding window.
 //! - [`error`]: [`MirrorError`], which side failed and whether the
 //!   partition goes on.
 //!
@@ -37,6 +38,7 @@ pub mod partition;
 pub mod positions;
 pub mod resume;
 pub mod state;
+pub mod status;
 pub mod topics;
 
 pub use error::MirrorError;

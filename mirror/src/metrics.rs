@@ -87,6 +87,14 @@ impl MirrorMetrics {
         })
     }
 
+    /// Makes mirror `name`'s error counters exist at 0 (a counter that
+    /// appears only with its first error has no rate before it).
+    pub fn start_mirror(&self, name: &str) {
+        for kind in crate::MirrorError::KINDS {
+            self.errors.with_label_values(&[name, kind]);
+        }
+    }
+
     /// Metrics that are not registered anywhere (tests).
     pub fn unregistered() -> MirrorMetrics {
         MirrorMetrics::register(&Registry::new()).expect("fresh registry")

@@ -20,6 +20,7 @@ use std::time::Duration;
 use strait_upstream::Cluster;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use crate::grouped::{FetchSettings, Fetcher, Producer};
 use crate::metrics::MirrorMetrics;
@@ -220,7 +221,15 @@ async fn discover(
             ));
             partitions.insert(state.clone());
             shared.partitions.fetch_add(1, Ordering::Relaxed);
-            entry.1.push(tasks.spawn(partition::run(shared.clone(), state)));
+            let span = tracing::info_span!(
+                "partition",
+                mirror = %shared.name,
+                topic = %source_topic,
+                partition
+            );
+            entry
+                .1
+                .push(tasks.spawn(partition::run(shared.clone(), state).instrument(span)));
         }
         entry.0 = count;
     }

@@ -14,6 +14,7 @@
 //! - [`pool`]: the I/O threads that run appends, syncs and cold reads off an
 //!   async runtime, handing back futures.
 //! - [`verify`]: read-only checking and dumping of partitions on disk.
+//! - [`metrics`]: the fsync latency histogram.
 //!
 //! The crate knows nothing of sockets or async runtimes: its futures are
 //! plain `std::future::Future`s completed by its own threads.
@@ -25,6 +26,7 @@ pub mod error;
 mod index;
 pub mod log;
 mod map;
+pub mod metrics;
 pub mod pool;
 mod segment;
 pub mod verify;

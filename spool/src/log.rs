@@ -523,7 +523,7 @@ impl Partition {
         if w.recovery_point >= w.next_offset {
             return Ok(());
         }
-        if let Err(e) = w.active().file.sync_data() {
+        if let Err(e) = w.active().sync_log() {
             return Err(self.fail(format!("fsync of {} failed: {e}", w.active().log_path.display())));
         }
         w.recovery_point = w.next_offset;
@@ -619,7 +619,7 @@ impl Partition {
         let synced = !devices.is_empty()
             && devices
                 .iter()
-                .all(|(_, file)| rustix::fs::syncfs(file.as_ref()).is_ok());
+                .all(|(_, file)| crate::metrics::timed(|| rustix::fs::syncfs(file.as_ref())).is_ok());
         for (i, flush) in pending {
             let p = &partitions[i];
             if !synced {

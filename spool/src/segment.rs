@@ -455,7 +455,7 @@ impl Segment {
     /// For a segment being sealed: a sealed segment's indexes are trusted on
     /// open (and checked against the log).
     pub(crate) fn sync(&self) -> std::io::Result<()> {
-        self.file.sync_data()?;
+        crate::metrics::timed(|| self.file.sync_data())?;
         self.offsets.flush()?;
         self.times.flush()
     }
@@ -463,7 +463,7 @@ impl Segment {
     /// Writes the log's data to disk, not the indexes: enough for the
     /// active segment, whose indexes are rebuilt from the log on open.
     pub(crate) fn sync_log(&self) -> std::io::Result<()> {
-        self.file.sync_data()
+        crate::metrics::timed(|| self.file.sync_data())
     }
 
     /// Paths of all files of the segment.

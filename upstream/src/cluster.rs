@@ -28,6 +28,7 @@ use crate::backoff::Backoff;
 use crate::conn::{ConnectOptions, Connection};
 use crate::error::{check, Result, UpstreamError};
 use crate::metadata::Metadata;
+use crate::metrics::ClusterMetrics;
 use crate::versions::Versions;
 
 /// Settings of one cluster.
@@ -39,6 +40,17 @@ pub struct ClusterOptions {
     pub connect: ConnectOptions,
     /// Metadata older than this is re-read on next use.
     pub metadata_max_age: Duration,
+}
+
+/// What [`Cluster::health`] says.
+#[derive(Debug, Clone)]
+pub struct Health {
+    /// Whether a metadata load was tried yet.
+    pub tried: bool,
+    /// The last load's error, when it failed.
+    pub error: Option<UpstreamError>,
+    /// The metadata last loaded, if any load succeeded.
+    pub metadata: Option<Arc<Metadata>>,
 }
 
 /// A handle on one upstream cluster. Cheap to clone.
@@ -60,6 +72,11 @@ struct Inner {
     versions: Mutex<Option<Versions>>,
     /// Whether the last metadata load succeeded (true before the first).
     reachable: AtomicBool,
+    /// The last metadata load's error, if it failed.
+    last_error: Mutex<Option<UpstreamError>>,
+    /// Whether a metadata load was tried.
+    tried: AtomicBool,
+    metrics: Arc<ClusterMetrics>,
 }
 
 /// Which of a broker's connections a request goes on. A broker handles a
@@ -89,9 +106,13 @@ struct Slot {
 impl Cluster {
     /// A cluster handle. Nothing is contacted until first use.
     pub fn new(name: impl Into<String>, options: ClusterOptions) -> Cluster {
+        let name = name.into();
         Cluster {
             inner: Arc::new(Inner {
-                name: name.into(),
+                metrics: ClusterMetrics::new(&name),
+                last_error: Mutex::new(None),
+                tried: AtomicBool::new(false),
+                name,
                 options,
                 metadata: RwLock::new(None),
                 stale: AtomicBool::new(true),
@@ -149,6 +170,9 @@ impl Cluster {
         }
         let loaded = self.load_metadata().await;
         self.note_reachable(loaded.as_ref().err());
+        self.inner.metrics.metadata_loaded(loaded.is_ok());
+        self.inner.tried.store(true, Ordering::Relaxed);
+        *self.inner.last_error.lock().expect("last error lock") = loaded.as_ref().err().cloned();
         let fresh = Arc::new(loaded?);
         *self.inner.metadata.write().expect("metadata lock") = Some(fresh.clone());
         self.inner.stale.store(false, Ordering::Relaxed);
@@ -192,7 +216,7 @@ impl Cluster {
         }
         for (i, addr) in self.inner.options.bootstrap.iter().enumerate() {
             let label = format!("{} bootstrap server {} ({addr})", self.inner.name, i + 1);
-            match Connection::connect(label, addr, &self.inner.options.connect).await {
+            match self.connect_labelled(label, addr).await {
                 Ok(connection) => match self.metadata_from(&connection).await {
                     Ok(metadata) => return Ok(metadata),
                     Err(e) => last = Some(e),
@@ -204,6 +228,21 @@ impl Cluster {
             cluster: self.inner.name.clone(),
             reason: last.map_or_else(|| "no bootstrap servers configured".to_owned(), |e| e.to_string()),
         })
+    }
+
+    async fn connect_labelled(&self, label: String, addr: &str) -> Result<Connection> {
+        let metrics = Some(self.inner.metrics.clone());
+        Connection::connect_metered(label, addr, &self.inner.options.connect, metrics).await
+    }
+
+    /// What the cluster's metadata loads said last: whether one was tried,
+    /// and the error of the last one if it failed.
+    pub fn health(&self) -> Health {
+        Health {
+            tried: self.inner.tried.load(Ordering::Relaxed),
+            error: self.inner.last_error.lock().expect("last error lock").clone(),
+            metadata: self.cached_metadata(),
+        }
     }
 
     /// The API versions Strait speaks with this cluster (those of the
@@ -270,7 +309,7 @@ impl Cluster {
             }
         }
         let label = format!("{} broker {node} at {addr}", self.inner.name);
-        Connection::connect(label, addr, &self.inner.options.connect)
+        self.connect_labelled(label, addr)
             .await
             .inspect_err(|_| self.invalidate())
     }
@@ -325,7 +364,7 @@ impl Cluster {
             }
         }
         let label = format!("{} broker {node} at {addr}", self.inner.name);
-        match Connection::connect(label, &addr, &self.inner.options.connect).await {
+        match self.connect_labelled(label, &addr).await {
             Ok(connection) => {
                 slot.backoff.reset();
                 slot.failed = None;

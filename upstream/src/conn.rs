@@ -36,6 +36,7 @@ use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::{Result, UpstreamError};
+use crate::metrics::ClusterMetrics;
 use crate::throttle::Throttled;
 use crate::versions::Versions;
 
@@ -98,6 +99,8 @@ struct Shared {
     throttled_until: Mutex<Option<Instant>>,
     budget: Arc<Semaphore>,
     max_budget: usize,
+    /// The cluster's metrics, for connections a [`crate::Cluster`] opened.
+    metrics: Option<Arc<ClusterMetrics>>,
 }
 
 #[derive(Debug)]
@@ -117,6 +120,16 @@ impl Connection {
     /// Connects to `addr` and learns the broker's API versions. `broker`
     /// names it in messages (`nj broker 2 at kafka-nj-2:9092`).
     pub async fn connect(broker: String, addr: &str, options: &ConnectOptions) -> Result<Connection> {
+        Connection::connect_metered(broker, addr, options, None).await
+    }
+
+    /// [`Connection::connect`], counted in a cluster's metrics.
+    pub(crate) async fn connect_metered(
+        broker: String,
+        addr: &str,
+        options: &ConnectOptions,
+        metrics: Option<Arc<ClusterMetrics>>,
+    ) -> Result<Connection> {
         let opened = tokio::time::timeout(options.connect_timeout, async {
             let mut stream = TcpStream::connect(addr)
                 .await
@@ -154,7 +167,11 @@ impl Connection {
             throttled_until: Mutex::new(None),
             budget: Arc::new(Semaphore::new(max_budget)),
             max_budget,
+            metrics,
         });
+        if let Some(metrics) = &shared.metrics {
+            metrics.opened();
+        }
         let (tx, rx) = mpsc::channel(QUEUE);
         let (read, write) = stream.into_split();
         tokio::spawn(write_loop(shared.clone(), rx, write));
@@ -237,18 +254,14 @@ impl Connection {
         R::Response: Throttled,
     {
         let api = api_of::<R>();
+        let sent_at = Instant::now();
         let correlation_id = self.shared.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
         let frame = self.encode(api, version, correlation_id, request)?;
-        let cost = (frame.len() + response_budget(request)).min(self.shared.max_budget);
+        let size = frame.len();
+        let cost = (size + response_budget(request)).min(self.shared.max_budget);
         let timeout = self.shared.request_timeout;
-        match tokio::time::timeout(timeout, self.send_frame(correlation_id, frame, cost)).await {
-            Ok(sent) => Ok(Answer {
-                connection: self.clone(),
-                api,
-                version,
-                answer: sent?,
-                request: PhantomData,
-            }),
+        let sent = match tokio::time::timeout(timeout, self.send_frame(correlation_id, frame, cost)).await {
+            Ok(sent) => sent,
             // The frame never reached the writer: the connection is busy
             // (its bytes-in-flight budget is used up), not broken.
             Err(_) => Err(UpstreamError::TimedOut {
@@ -256,7 +269,21 @@ impl Connection {
                 api,
                 after: timeout,
             }),
+        };
+        if let Some(metrics) = &self.shared.metrics {
+            match &sent {
+                Ok(_) => metrics.sent(size),
+                Err(_) => metrics.answered(api, sent_at.elapsed(), None),
+            }
         }
+        Ok(Answer {
+            connection: self.clone(),
+            api,
+            version,
+            answer: sent?,
+            sent_at,
+            request: PhantomData,
+        })
     }
 
     fn encode<R: Request>(
@@ -354,6 +381,7 @@ pub struct Answer<R> {
     api: ApiKey,
     version: i16,
     answer: oneshot::Receiver<Result<Bytes>>,
+    sent_at: Instant,
     request: PhantomData<fn() -> R>,
 }
 
@@ -375,8 +403,8 @@ where
         let shared = &self.connection.shared;
         let timeout = shared.request_timeout.saturating_add(wait);
         let frame = match tokio::time::timeout(timeout, self.answer).await {
-            Ok(Ok(frame)) => frame?,
-            Ok(Err(_)) => return Err(self.connection.failure()),
+            Ok(Ok(frame)) => frame,
+            Ok(Err(_)) => Err(self.connection.failure()),
             Err(_) => {
                 let error = UpstreamError::TimedOut {
                     broker: shared.broker.clone(),
@@ -384,9 +412,14 @@ where
                     after: timeout,
                 };
                 shared.fail(error.clone());
-                return Err(error);
+                Err(error)
             }
         };
+        if let Some(metrics) = &shared.metrics {
+            let size = frame.as_ref().ok().map(|f| f.len() + 4);
+            metrics.answered(self.api, self.sent_at.elapsed(), size);
+        }
+        let frame = frame?;
         let response = self.connection.decode::<R>(self.api, self.version, frame)?;
         let throttle = response.throttle_ms();
         if throttle > 0 {
@@ -417,7 +450,13 @@ impl Shared {
     fn fail(&self, error: UpstreamError) {
         let (error, drained) = {
             let mut map = self.pending.lock().expect("pending lock");
+            let first = self.failed.get().is_none();
             let error = self.failed.get_or_init(|| error).clone();
+            if first {
+                if let Some(metrics) = &self.metrics {
+                    metrics.closed();
+                }
+            }
             (error, std::mem::take(&mut *map))
         };
         if !drained.is_empty() {

@@ -22,11 +22,12 @@ pub mod cluster;
 pub mod conn;
 pub mod error;
 pub mod metadata;
+pub mod metrics;
 pub mod throttle;
 pub mod versions;
 
 pub use backoff::Backoff;
-pub use cluster::{Cluster, ClusterOptions, Lane};
+pub use cluster::{Cluster, ClusterOptions, Health, Lane};
 pub use conn::{Answer, ConnectOptions, Connection};
 pub use error::{Result, UpstreamError};
 pub use metadata::{Metadata, PartitionMetadata, TopicMetadata};

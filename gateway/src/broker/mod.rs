@@ -69,6 +69,7 @@ pub struct Broker {
     fetch_max_bytes: usize,
     topics: Topics,
     groups: GroupCoordinator,
+    data_dir: std::path::PathBuf,
     producer_ids: Arc<ProducerIds>,
     /// Sequence state per partition.
     sequences: Mutex<HashMap<PartitionKey, Arc<PartitionProducers>>>,
@@ -104,6 +105,7 @@ impl Broker {
             fetch_max_bytes: config.broker.fetch_max_bytes.bytes() as usize,
             topics,
             groups,
+            data_dir: data_dir.to_path_buf(),
             producer_ids,
             sequences: Mutex::new(HashMap::new()),
             append_locks: Mutex::new(HashMap::new()),
@@ -144,8 +146,21 @@ impl Broker {
         &self.groups
     }
 
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
     /// Answers one request from the client at `peer`.
     pub async fn handle(&self, request: Request, peer: std::net::SocketAddr) -> Reply {
+        let api = request.api;
+        let start = std::time::Instant::now();
+        let reply = self.answer(request, peer).await;
+        crate::metrics::local_answered(api, start.elapsed());
+        reply
+    }
+
+    async fn answer(&self, request: Request, peer: std::net::SocketAddr) -> Reply {
         let version = request.version;
         if let Some(refusal) = self.refuse_unsupported(&request) {
             return refusal;

@@ -132,7 +132,7 @@ impl GroupCoordinator {
                         None => Some(ResponseError::GroupIdNotFound),
                         Some(state) if state != GroupState::Empty => Some(ResponseError::NonEmptyGroup),
                         Some(_) => {
-                            st.groups.remove(&name);
+                            st.forget(&name);
                             if st.offsets.has_group(&name) || st.offsets.has_inflight() {
                                 deleting.push(Entry::DeleteGroup { group: name.clone() });
                             }

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use super::offsets::{self, Committed, Entry, OffsetStore};
 use super::state::Group;
-use super::{err, reopen, sb, GroupCoordinator, GroupState, OffsetLogStats, Shared, State};
+use super::{err, reopen, sb, GroupCoordinator, GroupState, GroupStats, OffsetLogStats, Shared, State};
 use crate::error::{kafka_code, Failure};
 
 /// Every `offsets_retention_check_interval`, deletes expired offsets.
@@ -442,6 +442,22 @@ impl GroupCoordinator {
             live_offsets: st.offsets.live,
             log_bytes: st.log.as_ref().map_or(0, Partition::size_bytes),
             compactions: st.compactions,
+        }
+    }
+
+    /// Members per group and rebalances so far.
+    pub fn stats(&self) -> GroupStats {
+        let st = self.shared.lock();
+        let mut members: Vec<(String, usize)> = st
+            .groups
+            .iter()
+            .map(|(id, g)| (id.clone(), g.members.len()))
+            .collect();
+        members.sort();
+        let live: u64 = st.groups.values().map(|g| g.generation.max(0) as u64).sum();
+        GroupStats {
+            members,
+            rebalances: st.retired_generations + live,
         }
     }
 }

@@ -156,6 +156,17 @@ pub struct OffsetLogStats {
     pub compactions: u64,
 }
 
+/// What the coordinator's groups look like now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// Members of each group known (with members or committed offsets),
+    /// by group id.
+    pub members: Vec<(String, usize)>,
+    /// Rebalances completed since the start (generations begun), of every
+    /// group, forgotten ones included.
+    pub rebalances: u64,
+}
+
 /// Errors opening the coordinator.
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
@@ -225,6 +236,9 @@ struct State {
     closed: bool,
     compacting: bool,
     compactions: u64,
+    /// Generations of groups forgotten since the start, so that
+    /// [`GroupCoordinator::stats`] counts their rebalances too.
+    retired_generations: u64,
     /// After a failed compaction, the log size to reach before trying again.
     compact_retry_at: u64,
 }
@@ -244,13 +258,27 @@ impl State {
     /// offsets.
     fn gc(&mut self, id: &str) {
         if self.groups.get(id).is_some_and(Group::is_idle) && !self.offsets.has_group(id) {
-            self.groups.remove(id);
+            self.forget(id);
         }
     }
 
     fn gc_all(&mut self) {
         let offsets = &self.offsets;
-        self.groups.retain(|id, g| !g.is_idle() || offsets.has_group(id));
+        let retired = &mut self.retired_generations;
+        self.groups.retain(|id, g| {
+            let keep = !g.is_idle() || offsets.has_group(id);
+            if !keep {
+                *retired += g.generation.max(0) as u64;
+            }
+            keep
+        });
+    }
+
+    /// Removes a group, keeping the count of its rebalances.
+    fn forget(&mut self, id: &str) {
+        if let Some(group) = self.groups.remove(id) {
+            self.retired_generations += group.generation.max(0) as u64;
+        }
     }
 
     /// Applies durable entries and makes sure groups with offsets exist.
@@ -393,6 +421,7 @@ impl GroupCoordinator {
                 closed: false,
                 compacting: false,
                 compactions,
+                retired_generations: 0,
                 compact_retry_at: 0,
             }),
             wake: Arc::clone(&wake),

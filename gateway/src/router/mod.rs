@@ -224,6 +224,11 @@ impl Router {
         &self.broker
     }
 
+    /// The upstream clusters, by name.
+    pub fn upstreams(&self) -> &BTreeMap<String, Cluster> {
+        &self.upstreams
+    }
+
     /// Takes the local broker back once every connection is gone.
     pub fn into_broker(self) -> Arc<Broker> {
         self.broker

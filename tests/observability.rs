@@ -1,0 +1,557 @@
+//! Watching Strait as its users do: a real Prometheus (Debian's) scraping a
+//! `strait serve` that routes clients to two Tansu clusters, keeps local
+//! topics and mirrors one cluster to the other, running every PromQL
+//! expression of the dashboards and alert rules; the status page in
+//! headless Chromium against `/api/v1/mirrors`; `/readyz` with an upstream
+//! that does not answer.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{create_topic, free_port, kcat, repo_root, run_client, Strait, Tansu};
+
+/// Records produced through Strait to `dc1.orders` (`orders` on dc1,
+/// mirrored to dc2).
+const ORDERS: u64 = 400;
+/// Records produced to the local topic `local.events`.
+const EVENTS: u64 = 200;
+
+/// Two Tansu clusters behind one Strait, with traffic of every kind done.
+struct Scene {
+    _dc1: Tansu,
+    _dc2: Tansu,
+    strait: Strait,
+    admin: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Scene {
+    fn start() -> Scene {
+        let dc1 = Tansu::start_with(&["--cluster-id", "dc1"]);
+        let dc2 = Tansu::start_with(&["--cluster-id", "dc2"]);
+        create_topic("ck_admin.py", &dc1.bootstrap(), "orders", 2);
+        let admin = free_port();
+        let (strait, dir) = strait_with(&format!(
+            r#"clusters:
+  dc1: {{ bootstrap: ["{dc1}"], request_timeout: 10s, connect_timeout: 5s }}
+  dc2: {{ bootstrap: ["{dc2}"], request_timeout: 10s, connect_timeout: 5s }}
+routes:
+  - {{ prefix: "dc1.", to: dc1, strip_prefix: true }}
+  - {{ prefix: "local.", to: local }}
+admin:
+  listen: "127.0.0.1:{admin}"
+mirrors:
+  dc1-to-dc2:
+    source: dc1
+    target: dc2
+    topics: "orders"
+    commit_interval: 500ms
+    discovery_interval: 1s
+"#,
+            dc1 = dc1.bootstrap(),
+            dc2 = dc2.bootstrap(),
+        ));
+        let scene = Scene {
+            _dc1: dc1,
+            _dc2: dc2,
+            strait,
+            admin,
+            _dir: dir,
+        };
+        scene.wait_ready();
+        let b = scene.strait.bootstrap();
+        let produce = |topic: &str, count: u64| {
+            let out = run_client(
+                "ck_produce.py",
+                &["--bootstrap", &b, "--topic", topic, "--count", &count.to_string()],
+            );
+            assert_eq!(out["delivered"].as_u64(), Some(count), "{topic}: {out}");
+        };
+        produce("dc1.orders", ORDERS);
+        produce("local.events", EVENTS);
+        let consumed = run_client(
+            "ck_consume.py",
+            &[
+                "--bootstrap",
+                &b,
+                "--topic",
+                "local.events",
+                "--group",
+                "obs-group",
+                "--expect",
+                &EVENTS.to_string(),
+                "--commit",
+            ],
+        );
+        assert_eq!(consumed["records"].as_u64(), Some(EVENTS), "{consumed}");
+        // A topic no route leads to: UNKNOWN_TOPIC_OR_PARTITION, counted.
+        let out = kcat(&["-b", &b, "-L", "-t", "elsewhere.orders"], None);
+        let listing =
+            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(listing.contains("Unknown topic"), "{listing}");
+        scene.wait_mirrored();
+        scene
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, body) = http(self.admin, "/readyz");
+            if status == 200 {
+                assert_eq!(body, "ready\n");
+                return;
+            }
+            assert!(Instant::now() < deadline, "/readyz still {status} {body}");
+            thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn mirrors(&self) -> Value {
+        let (status, body) = http(self.admin, "/api/v1/mirrors");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("/api/v1/mirrors is JSON")
+    }
+
+    /// Waits until the mirror has written every order and its partitions
+    /// have been sampled a few times.
+    fn wait_mirrored(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let json = self.mirrors();
+            let partitions = json["mirrors"][0]["partitions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let positions: i64 = partitions.iter().filter_map(|p| p["position"].as_i64()).sum();
+            let sampled = partitions
+                .iter()
+                .all(|p| p["history"].as_array().is_some_and(|h| h.len() >= 3));
+            if partitions.len() == 2 && positions == ORDERS as i64 && sampled {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the mirror did not catch up: {json}\n{}",
+                self.strait.log()
+            );
+            thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn metrics(&self) -> String {
+        let (status, body) = http(self.admin, "/metrics");
+        assert_eq!(status, 200);
+        body
+    }
+}
+
+/// `strait serve` with the configuration `yaml`, kept in the directory
+/// returned.
+fn strait_with(yaml: &str) -> (Strait, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("strait.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    (Strait::start(&["--config", config.to_str().unwrap()]), dir)
+}
+
+/// GET `path` on 127.0.0.1:`port`: the status code and the body. HTTP/1.0,
+/// so that the body comes whole, not in chunks.
+fn http(port: u16, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connecting");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("reading the answer");
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not HTTP: {head}"));
+    (status, body.to_owned())
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A Prometheus server scraping Strait's admin listener every second with
+/// Strait's alert rules loaded.
+struct Prometheus {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(target_port: u16) -> Prometheus {
+        let binary = which("prometheus").unwrap_or_else(|| {
+            panic!("Debian's prometheus is not installed: scripts/peers installs it (apt-get install prometheus)")
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let rules = repo_root().join("dashboards/alerts.yml");
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n\
+                 scrape_configs:\n  - job_name: strait\n    static_configs:\n      - targets: [\"127.0.0.1:{target_port}\"]\n",
+                rules.display()
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
+        let child = Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting prometheus");
+        let p = Prometheus {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() || http(port, "/-/ready").0 != 200 {
+            assert!(Instant::now() < deadline, "prometheus did not start: {}", p.log());
+            thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// Runs an instant query: the result vector, or the error Prometheus
+    /// gave.
+    fn query(&self, expr: &str) -> Result<Vec<Value>, String> {
+        let (status, body) = http(self.port, &format!("/api/v1/query?query={}", url_encode(expr)));
+        let json: Value = serde_json::from_str(&body).map_err(|e| format!("HTTP {status}: {e}: {body}"))?;
+        if json["status"] != "success" {
+            return Err(format!("{}: {}", json["errorType"], json["error"]));
+        }
+        Ok(json["data"]["result"].as_array().cloned().unwrap_or_default())
+    }
+
+    fn value(&self, expr: &str) -> f64 {
+        let result = self.query(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
+        assert_eq!(result.len(), 1, "{expr}: {result:?}");
+        result[0]["value"][1].as_str().unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if thread::panicking() {
+            eprintln!("--- prometheus log ---\n{}", self.log());
+        }
+    }
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| p.is_file())
+}
+
+/// Every dashboard expression, as `dashboards/generate.py --exprs` prints
+/// them (template variables matching everything): (dashboard, panel, expr).
+fn dashboard_exprs() -> Vec<(String, String, String)> {
+    let out = Command::new("python3")
+        .arg(repo_root().join("dashboards/generate.py"))
+        .arg("--exprs")
+        .output()
+        .expect("running dashboards/generate.py");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("one JSON object per line");
+            let s = |k: &str| v[k].as_str().unwrap().to_owned();
+            (s("dashboard"), s("panel"), s("expr"))
+        })
+        .collect()
+}
+
+/// Every alert rule of `dashboards/alerts.yml`: (name, expr).
+fn alert_rules() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(repo_root().join("dashboards/alerts.yml")).unwrap();
+    let yaml: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    yaml["groups"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().unwrap().iter())
+        .map(|r| {
+            (
+                r["alert"].as_str().unwrap().to_owned(),
+                r["expr"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// An alert expression without its thresholds (`x > 300` is `x`): what it
+/// compares, which must have data even while the alert does not fire.
+fn without_thresholds(expr: &str) -> String {
+    let re = regex::Regex::new(r"\s*(==|!=|>=|<=|>|<)\s*[0-9.]+").unwrap();
+    re.replace_all(expr, "").into_owned()
+}
+
+#[test]
+fn prometheus_gets_data_for_every_dashboard_panel_and_alert_rule() {
+    let scene = Scene::start();
+    let prometheus = Prometheus::start(scene.admin);
+    // Enough scrapes for rates over a minute's window to have two points,
+    // and rules evaluated a few times.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let scrapes = prometheus
+            .query("count_over_time(strait_build_info[1m])")
+            .ok()
+            .and_then(|r| {
+                r.first().map(|s| {
+                    s["value"][1]
+                        .as_str()
+                        .unwrap_or("0")
+                        .parse::<f64>()
+                        .unwrap_or(0.0)
+                })
+            })
+            .unwrap_or(0.0);
+        if scrapes >= 5.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "prometheus did not scrape Strait: {}",
+            prometheus.log()
+        );
+        thread::sleep(Duration::from_millis(500));
+    }
+
+    let mut broken = Vec::new();
+    let exprs = dashboard_exprs();
+    assert!(exprs.len() >= 30, "{} dashboard expressions", exprs.len());
+    for (dashboard, panel, expr) in &exprs {
+        match prometheus.query(expr) {
+            Ok(result) if result.is_empty() => broken.push(format!("{dashboard} / {panel}: no data: {expr}")),
+            Ok(_) => {}
+            Err(e) => broken.push(format!("{dashboard} / {panel}: {e}: {expr}")),
+        }
+    }
+    let rules = alert_rules();
+    assert!(rules.len() >= 9, "{} alert rules", rules.len());
+    for (alert, expr) in &rules {
+        if let Err(e) = prometheus.query(expr) {
+            broken.push(format!("alert {alert}: {e}: {expr}"));
+        }
+        let compared = without_thresholds(expr);
+        match prometheus.query(&compared) {
+            Ok(result) if result.is_empty() => broken.push(format!("alert {alert}: no data: {compared}")),
+            Ok(_) => {}
+            Err(e) => broken.push(format!("alert {alert}: {e}: {compared}")),
+        }
+    }
+    // Prometheus evaluated every rule without an error.
+    let (_, body) = http(prometheus.port, "/api/v1/rules");
+    let json: Value = serde_json::from_str(&body).unwrap();
+    let evaluated: Vec<&Value> = json["data"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .collect();
+    assert_eq!(evaluated.len(), rules.len(), "{body}");
+    for rule in evaluated {
+        if rule["health"] != "ok" {
+            broken.push(format!(
+                "rule {} is {}: {}",
+                rule["name"], rule["health"], rule["lastError"]
+            ));
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "broken panels and rules:\n{}",
+        broken.join("\n")
+    );
+
+    // The numbers are the traffic's.
+    let sum = |expr: &str| prometheus.value(expr);
+    assert_eq!(
+        sum(r#"sum(strait_mirror_records_total{mirror="dc1-to-dc2"})"#),
+        ORDERS as f64
+    );
+    assert_eq!(sum(r#"sum(strait_mirror_lag_records{mirror="dc1-to-dc2"})"#), 0.0);
+    assert_eq!(sum(r#"strait_upstream_up{cluster="dc1"}"#), 1.0);
+    assert_eq!(sum(r#"strait_upstream_up{cluster="dc2"}"#), 1.0);
+    assert_eq!(sum(r#"strait_spool_partitions{topic="local.events"}"#), 1.0);
+    assert!(sum(r#"strait_spool_size_bytes{topic="local.events"}"#) > (EVENTS * 10) as f64);
+    assert_eq!(sum(r#"strait_group_members{group="obs-group"}"#), 0.0);
+    assert!(sum("strait_group_rebalances_total") >= 1.0);
+    assert!(sum(r#"sum(strait_requests_total{api="Produce",outcome="ok"})"#) >= 2.0);
+    assert!(sum(r#"sum(strait_upstream_requests_total{cluster="dc1",api="Produce",outcome="ok"})"#) >= 1.0);
+    assert!(
+        sum(r#"sum(strait_request_errors_total{api="Metadata",error="unknown_topic_or_partition"})"#) >= 1.0
+    );
+    assert_eq!(
+        sum(r#"sum(strait_mirror_status{mirror="dc1-to-dc2",status="OK"})"#),
+        2.0,
+        "both partitions are OK"
+    );
+    // No address or client id ever becomes a label.
+    let metrics = scene.metrics();
+    for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+        assert!(!line.contains("127.0.0.1") && !line.contains("rdkafka"), "{line}");
+    }
+}
+
+#[test]
+fn the_status_page_shows_what_the_api_says() {
+    let scene = Scene::start();
+    let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
+    let _ = std::fs::remove_file(&screenshot);
+    let url = format!("http://127.0.0.1:{}", scene.admin);
+    let page = run_client("status_page.py", &[&url, screenshot.to_str().unwrap()]);
+    assert_eq!(page["rows"], 2, "{page}");
+    assert_eq!(page["mirrors"]["dc1-to-dc2"], "OK", "{page}");
+    assert_eq!(page["upstreams"]["dc1"], true, "{page}");
+    assert_eq!(page["upstreams"]["dc2"], true, "{page}");
+    let png = std::fs::read(&screenshot).expect("the screenshot is kept");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{} bytes",
+        png.len()
+    );
+    eprintln!("status page screenshot: {}", screenshot.display());
+
+    // What the page showed is the API's.
+    let json = scene.mirrors();
+    let mirror = &json["mirrors"][0];
+    assert_eq!(mirror["name"], "dc1-to-dc2");
+    assert_eq!(
+        (mirror["source"].as_str(), mirror["target"].as_str()),
+        (Some("dc1"), Some("dc2"))
+    );
+    let partitions: BTreeMap<i64, &Value> = mirror["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["partition"].as_i64().unwrap(), p))
+        .collect();
+    assert_eq!(partitions.keys().copied().collect::<Vec<_>>(), [0, 1]);
+    for p in partitions.values() {
+        assert_eq!(p["status"], "OK", "{p}");
+        assert_eq!(p["state"], "running", "{p}");
+        assert_eq!(p["lag_records"], 0, "{p}");
+        assert_eq!(p["position"], p["high_watermark"], "{p}");
+        assert_eq!(p["target_topic"], "orders", "{p}");
+    }
+    let (status, body) = http(scene.admin, "/api/v1/gateway");
+    assert_eq!(status, 200);
+    let gateway: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(gateway["ready"], true);
+    assert_eq!(gateway["routes"][0]["prefix"], "dc1.", "{gateway}");
+    assert_eq!(gateway["upstreams"][0]["name"], "dc1", "{gateway}");
+    assert_eq!(gateway["upstreams"][0]["up"], true, "{gateway}");
+    assert_eq!(gateway["upstreams"][0]["brokers"], 1, "{gateway}");
+}
+
+#[test]
+fn readyz_waits_for_every_upstream_and_names_the_one_missing() {
+    // A port nothing listens on.
+    let dead = free_port();
+    let admin = free_port();
+    let (strait, _dir) = strait_with(&format!(
+        "clusters:\n  gone: {{ bootstrap: [\"127.0.0.1:{dead}\"], connect_timeout: 1s }}\n\
+         routes:\n  - {{ prefix: \"gone.\", to: gone }}\n  - {{ regex: \".*\", to: local }}\n\
+         admin:\n  listen: \"127.0.0.1:{admin}\"\n"
+    ));
+    // Local topics work meanwhile.
+    let out = run_client(
+        "ck_produce.py",
+        &[
+            "--bootstrap",
+            &strait.bootstrap(),
+            "--topic",
+            "here",
+            "--count",
+            "10",
+        ],
+    );
+    assert_eq!(out["delivered"], 10, "{out}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let gateway = loop {
+        let (_, body) = http(admin, "/api/v1/gateway");
+        let gateway: Value = serde_json::from_str(&body).unwrap();
+        if gateway["upstreams"][0]["up"] == false {
+            break gateway;
+        }
+        assert!(Instant::now() < deadline, "{gateway}");
+        thread::sleep(Duration::from_millis(200));
+    };
+    let error = gateway["upstreams"][0]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(error.contains("gone"), "{gateway}");
+    assert_eq!(gateway["ready"], false);
+    let (status, body) = http(admin, "/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(
+        body,
+        "not ready: waiting for the first metadata of cluster gone\n"
+    );
+    let (status, _) = http(admin, "/healthz");
+    assert_eq!(status, 200);
+    let metrics = http(admin, "/metrics").1;
+    assert_eq!(
+        support::metric(&metrics, &["strait_upstream_up{", "cluster=\"gone\""]),
+        Some(0.0)
+    );
+    assert!(
+        support::metric(
+            &metrics,
+            &[
+                "strait_upstream_metadata_refreshes_total{",
+                "cluster=\"gone\"",
+                "outcome=\"error\""
+            ]
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        support::metric(&metrics, &["strait_spool_partitions{", "topic=\"here\""]),
+        Some(1.0)
+    );
+}
