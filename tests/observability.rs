@@ -555,3 +555,48 @@ fn readyz_waits_for_every_upstream_and_names_the_one_missing() {
         Some(1.0)
     );
 }
+
+#[test]
+fn json_logs_name_the_connection_and_topic_labels_can_be_summed() {
+    let admin = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("strait.yaml");
+    std::fs::write(
+        &config,
+        format!("admin:\n  listen: \"127.0.0.1:{admin}\"\n  topic_labels: false\n"),
+    )
+    .unwrap();
+    let json = Strait::start(&["--config", config.to_str().unwrap(), "--log-format", "json"]);
+    for topic in ["one", "two"] {
+        let out = run_client(
+            "ck_produce.py",
+            &["--bootstrap", &json.bootstrap(), "--topic", topic, "--count", "5"],
+        );
+        assert_eq!(out["delivered"], 5, "{out}");
+    }
+    // Summed over topics: one series without a topic label.
+    let metrics = http(admin, "/metrics").1;
+    let partitions: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("strait_spool_partitions"))
+        .collect();
+    assert_eq!(partitions, ["strait_spool_partitions 2"], "{metrics}");
+    // Every line is a JSON object; the topics' creation is logged in the
+    // span of the connection that asked for it.
+    let log = json.log();
+    let mut created = Vec::new();
+    for line in log.lines().filter(|l| !l.starts_with("===")) {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["timestamp"].is_string() && v["level"].is_string(), "{line}");
+        if v["fields"]["message"] == "created topic" {
+            assert_eq!(v["span"]["name"], "connection", "{line}");
+            assert_eq!(v["span"]["client_id"], "ck_produce", "{line}");
+            assert!(
+                v["span"]["peer"].as_str().unwrap().starts_with("127.0.0.1:"),
+                "{line}"
+            );
+            created.push(v["fields"]["topic"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(created, ["one", "two"], "{log}");
+}
