@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -116,14 +117,14 @@ pub async fn start(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("admin.listen: cannot listen on {addr}; choose a free port"))?;
-    let (a, b, c, d) = (admin.clone(), admin.clone(), admin.clone(), admin);
     let app = Router::new()
         .route("/", get(status_page))
-        .route("/metrics", get(move || metrics(a.clone())))
+        .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(move || readyz(b.clone())))
-        .route("/api/v1/mirrors", get(move || mirrors(c.clone())))
-        .route("/api/v1/gateway", get(move || gateway(d.clone())));
+        .route("/readyz", get(readyz))
+        .route("/api/v1/mirrors", get(mirrors))
+        .route("/api/v1/gateway", get(gateway))
+        .with_state(admin);
     tracing::info!(listen = %addr, "admin listener ready (/, /metrics, /healthz, /readyz, /api/v1/mirrors, /api/v1/gateway)");
     Ok(tokio::spawn(async move {
         let stopped = async move {
@@ -146,7 +147,7 @@ async fn status_page() -> Response {
         .into_response()
 }
 
-async fn metrics(admin: Arc<Admin>) -> Response {
+async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
     let encoder = TextEncoder::new();
     let mut body = Vec::new();
     match encoder.encode(&admin.registry.gather(), &mut body) {
@@ -159,7 +160,7 @@ async fn metrics(admin: Arc<Admin>) -> Response {
     }
 }
 
-async fn readyz(admin: Arc<Admin>) -> Response {
+async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     match admin.ready() {
         Ok(()) => "ready\n".into_response(),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response(),
@@ -177,7 +178,7 @@ fn json_response(value: Value) -> Response {
         .into_response()
 }
 
-async fn mirrors(admin: Arc<Admin>) -> Response {
+async fn mirrors(State(admin): State<Arc<Admin>>) -> Response {
     json_response(mirrors_json(admin.mirrors.get().map(|t| t.as_ref())))
 }
 
@@ -254,7 +255,7 @@ fn mirrors_json(tracker: Option<&Tracker>) -> Value {
     })
 }
 
-async fn gateway(admin: Arc<Admin>) -> Response {
+async fn gateway(State(admin): State<Arc<Admin>>) -> Response {
     let ready = admin.ready().is_ok();
     let Some(g) = admin.gateway.get() else {
         return json_response(json!({
@@ -271,11 +272,8 @@ async fn gateway(admin: Arc<Admin>) -> Response {
         .map(|(name, cluster)| {
             let health = cluster.health();
             let metadata = health.metadata.as_ref();
-            let up = if health.tried {
-                Some(health.error.is_none())
-            } else {
-                None
-            };
+            let up = health.last_load.as_ref().map(Result::is_ok);
+            let error = health.last_load.and_then(Result::err).map(|e| e.to_string());
             json!({
                 "name": name,
                 "bootstrap": cluster.options().bootstrap,
@@ -283,7 +281,7 @@ async fn gateway(admin: Arc<Admin>) -> Response {
                 "metadata_age_seconds": metadata.map(|m| m.fetched_at.elapsed().as_secs_f64()),
                 "brokers": metadata.map(|m| m.brokers.len()),
                 "topics": metadata.map(|m| m.topics.len()),
-                "error": health.error.map(|e| e.to_string()),
+                "error": error,
             })
         })
         .collect();

@@ -342,12 +342,13 @@ impl Strait {
         let served = serve(listener, Arc::clone(&router), options, shutdown).await;
         watch.abort();
         served?;
-        // Every connection task has ended, so this is the last handle on
-        // the broker: close every partition (sync, persist the recovery
-        // point), then stop the I/O threads.
-        let in_use = || std::io::Error::other("the broker is still in use");
-        let broker = Arc::try_unwrap(router).map_err(|_| in_use())?.into_broker();
-        let broker = last_handle(broker).await.ok_or_else(in_use)?;
+        // Every connection task has ended, so the router is free: close
+        // every partition (sync, persist the recovery point), then stop the
+        // I/O threads. (A scrape of the metrics may read the broker
+        // meanwhile; reads of a closed partition still work.)
+        let broker = Arc::try_unwrap(router)
+            .map_err(|_| std::io::Error::other("the router is still in use"))?
+            .into_broker();
         let closed = tokio::task::spawn_blocking(move || -> Result<(), String> {
             // On several threads: a close may sync, which is waiting.
             let logs: Vec<_> = broker
@@ -395,19 +396,6 @@ async fn watch_upstreams(clusters: BTreeMap<String, Cluster>) {
         tick.tick().await;
         futures_util::future::join_all(clusters.values().map(|c| c.refresh())).await;
     }
-}
-
-/// Takes `broker` back once no one else holds it: a scrape of the metrics
-/// may hold it for a moment.
-async fn last_handle(mut broker: Arc<Broker>) -> Option<Broker> {
-    for _ in 0..100 {
-        match Arc::try_unwrap(broker) {
-            Ok(broker) => return Some(broker),
-            Err(shared) => broker = shared,
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    None
 }
 
 /// The cluster id, created on first start and kept in the data directory.

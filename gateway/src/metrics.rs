@@ -65,6 +65,8 @@ struct Families {
     duration: HistogramVec,
     local_duration: HistogramVec,
     client_bytes: IntCounterVec,
+    received: IntCounter,
+    sent: IntCounter,
     build: IntGaugeVec,
 }
 
@@ -85,6 +87,11 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
     )
     .expect("valid metric");
     build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+    let client_bytes = counter(
+        "strait_client_bytes_total",
+        "Bytes of client request frames received and response frames sent.",
+        &["direction"],
+    );
     Families {
         active: IntGauge::new("strait_connections_active", "Client connections open now.").expect("valid metric"),
         accepted: IntCounter::new("strait_connections_accepted_total", "Client connections accepted.")
@@ -112,11 +119,9 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
             "strait_local_request_duration_seconds",
             "The local broker's part of a request (local topics, Strait's group coordinator).",
         ),
-        client_bytes: counter(
-            "strait_client_bytes_total",
-            "Bytes of client request frames received and response frames sent.",
-            &["direction"],
-        ),
+        received: client_bytes.with_label_values(&["received"]),
+        sent: client_bytes.with_label_values(&["sent"]),
+        client_bytes,
         build,
     }
 });
@@ -149,16 +154,14 @@ pub(crate) fn connection_closed(cause: CloseCause) {
     FAMILIES.closed.with_label_values(&[cause.as_str()]).inc();
 }
 
-pub(crate) fn client_bytes(received: usize, sent: usize) {
-    let f = &*FAMILIES;
-    if received > 0 {
-        f.client_bytes
-            .with_label_values(&["received"])
-            .inc_by(received as u64);
-    }
-    if sent > 0 {
-        f.client_bytes.with_label_values(&["sent"]).inc_by(sent as u64);
-    }
+/// A request frame of `bytes` read from a client.
+pub(crate) fn bytes_received(bytes: usize) {
+    FAMILIES.received.inc_by(bytes as u64);
+}
+
+/// A response frame of `bytes` written to a client.
+pub(crate) fn bytes_sent(bytes: usize) {
+    FAMILIES.sent.inc_by(bytes as u64);
 }
 
 /// A request's answer is ready after `took`.
@@ -413,7 +416,7 @@ impl Collector for BrokerCollector {
                 .with_label_values(&labels)
                 .add(topic.partitions.len() as f64);
         }
-        if let Ok(fs) = rustix::fs::statvfs(broker.data_dir()) {
+        if let Ok(fs) = rustix::fs::statvfs(broker.topics().dir()) {
             let block = fs.f_frsize.max(1) as f64;
             f.disk_free
                 .with_label_values::<&str>(&[])

@@ -280,10 +280,8 @@ async fn connection(
                         &mut ready,
                     )
                     .await;
-                    match sent {
-                        Ok(()) => {}
-                        Err((CloseCause::Client, _)) => return (CloseCause::Client, None),
-                        Err((cause, why)) => return closed(cause, format!("{why} (client {client:?})")),
+                    if let Err((cause, why)) = sent {
+                        return (cause, why.map(|why| format!("{why} (client {client:?})")));
                     }
                 }
                 Reply::Silent => {}
@@ -380,7 +378,7 @@ async fn connection(
                     Ok(Err(e)) => return closed(CloseCause::Protocol, format!("{e} (client {client:?})")),
                 };
                 let size = frame.len();
-                metrics::client_bytes(size + 4, 0);
+                metrics::bytes_received(size + 4);
                 let received = std::time::Instant::now();
                 in_flight_bytes.add(size);
                 let request = match decode_request(frame.clone()) {
@@ -475,10 +473,10 @@ async fn send(
     answered: Answered,
     body: ResponseKind,
     options: &ServerOptions,
-) -> Result<(), (CloseCause, String)> {
+) -> Result<(), (CloseCause, Option<String>)> {
     let frame = encode_response(answered.api, answered.version, answered.correlation_id, body)
-        .map_err(|why| (CloseCause::Protocol, why))?;
-    metrics::client_bytes(0, frame.len());
+        .map_err(|why| (CloseCause::Protocol, Some(why)))?;
+    metrics::bytes_sent(frame.len());
     match write_chunks(writer, frame.chunks(), options.idle_timeout).await {
         Ok(()) => Ok(()),
         // The client hung up with a request in flight (as clients do when
@@ -489,16 +487,16 @@ async fn send(
                 std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
             ) =>
         {
-            Err((CloseCause::Client, "client closed the connection".to_owned()))
+            Err((CloseCause::Client, None))
         }
         Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err((
             CloseCause::SlowClient,
-            format!(
+            Some(format!(
                 "the client read none of a {} byte response for {:?} (idle_timeout)",
                 frame.len(),
                 options.idle_timeout
-            ),
+            )),
         )),
-        Err(e) => Err((CloseCause::Io, format!("writing a response: {e}"))),
+        Err(e) => Err((CloseCause::Io, Some(format!("writing a response: {e}")))),
     }
 }

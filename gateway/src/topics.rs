@@ -75,6 +75,11 @@ pub struct Topics {
 }
 
 impl Topics {
+    /// The directory of the topics, `<data_dir>/topics`.
+    pub fn dir(&self) -> &Path {
+        &self.root
+    }
+
     /// Opens every topic under `<data_dir>/topics`, running crash recovery
     /// on each partition. Blocking: call before serving, or off the runtime.
     pub fn open(data_dir: &Path, spool: SpoolConfig, pool: Arc<IoPool>) -> Result<Topics, TopicError> {

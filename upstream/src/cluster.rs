@@ -45,10 +45,8 @@ pub struct ClusterOptions {
 /// What [`Cluster::health`] says.
 #[derive(Debug, Clone)]
 pub struct Health {
-    /// Whether a metadata load was tried yet.
-    pub tried: bool,
-    /// The last load's error, when it failed.
-    pub error: Option<UpstreamError>,
+    /// How the last metadata load went; `None` before the first.
+    pub last_load: Option<std::result::Result<(), UpstreamError>>,
     /// The metadata last loaded, if any load succeeded.
     pub metadata: Option<Arc<Metadata>>,
 }
@@ -70,12 +68,8 @@ struct Inner {
     coordinators: Mutex<HashMap<String, (i32, String)>>,
     /// The versions of the connection metadata was last read on.
     versions: Mutex<Option<Versions>>,
-    /// Whether the last metadata load succeeded (true before the first).
-    reachable: AtomicBool,
-    /// The last metadata load's error, if it failed.
-    last_error: Mutex<Option<UpstreamError>>,
-    /// Whether a metadata load was tried.
-    tried: AtomicBool,
+    /// How the last metadata load went; `None` before the first.
+    last_load: Mutex<Option<std::result::Result<(), UpstreamError>>>,
     metrics: Arc<ClusterMetrics>,
 }
 
@@ -110,8 +104,7 @@ impl Cluster {
         Cluster {
             inner: Arc::new(Inner {
                 metrics: ClusterMetrics::new(&name),
-                last_error: Mutex::new(None),
-                tried: AtomicBool::new(false),
+                last_load: Mutex::new(None),
                 name,
                 options,
                 metadata: RwLock::new(None),
@@ -120,7 +113,6 @@ impl Cluster {
                 brokers: Mutex::new(HashMap::new()),
                 coordinators: Mutex::new(HashMap::new()),
                 versions: Mutex::new(None),
-                reachable: AtomicBool::new(true),
             }),
         }
     }
@@ -169,10 +161,7 @@ impl Cluster {
             }
         }
         let loaded = self.load_metadata().await;
-        self.note_reachable(loaded.as_ref().err());
-        self.inner.metrics.metadata_loaded(loaded.is_ok());
-        self.inner.tried.store(true, Ordering::Relaxed);
-        *self.inner.last_error.lock().expect("last error lock") = loaded.as_ref().err().cloned();
+        self.note_load(loaded.as_ref().err());
         let fresh = Arc::new(loaded?);
         *self.inner.metadata.write().expect("metadata lock") = Some(fresh.clone());
         self.inner.stale.store(false, Ordering::Relaxed);
@@ -180,11 +169,14 @@ impl Cluster {
         Ok(fresh)
     }
 
-    /// Logs the cluster becoming unreachable (a metadata load failed) and
-    /// reachable again, once each time, not per request.
-    fn note_reachable(&self, failure: Option<&UpstreamError>) {
-        let now = failure.is_none();
-        let before = self.inner.reachable.swap(now, Ordering::Relaxed);
+    /// Keeps how a metadata load went, counts it, and logs the cluster
+    /// becoming unreachable (a load failed) and reachable again, once each
+    /// time, not per request.
+    fn note_load(&self, failure: Option<&UpstreamError>) {
+        self.inner.metrics.metadata_loaded(failure.is_none());
+        let last = failure.map_or(Ok(()), |e| Err(e.clone()));
+        let previous = self.inner.last_load.lock().expect("last load lock").replace(last);
+        let before = !matches!(previous, Some(Err(_)));
         match failure {
             Some(e) if before => tracing::warn!(
                 cluster = %self.inner.name,
@@ -235,12 +227,11 @@ impl Cluster {
         Connection::connect_metered(label, addr, &self.inner.options.connect, metrics).await
     }
 
-    /// What the cluster's metadata loads said last: whether one was tried,
-    /// and the error of the last one if it failed.
+    /// How the cluster's last metadata load went, and the metadata last
+    /// loaded.
     pub fn health(&self) -> Health {
         Health {
-            tried: self.inner.tried.load(Ordering::Relaxed),
-            error: self.inner.last_error.lock().expect("last error lock").clone(),
+            last_load: self.inner.last_load.lock().expect("last load lock").clone(),
             metadata: self.cached_metadata(),
         }
     }

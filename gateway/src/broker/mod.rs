@@ -69,7 +69,6 @@ pub struct Broker {
     fetch_max_bytes: usize,
     topics: Topics,
     groups: GroupCoordinator,
-    data_dir: std::path::PathBuf,
     producer_ids: Arc<ProducerIds>,
     /// Sequence state per partition.
     sequences: Mutex<HashMap<PartitionKey, Arc<PartitionProducers>>>,
@@ -105,7 +104,6 @@ impl Broker {
             fetch_max_bytes: config.broker.fetch_max_bytes.bytes() as usize,
             topics,
             groups,
-            data_dir: data_dir.to_path_buf(),
             producer_ids,
             sequences: Mutex::new(HashMap::new()),
             append_locks: Mutex::new(HashMap::new()),
@@ -144,11 +142,6 @@ impl Broker {
     /// The group coordinator.
     pub fn groups(&self) -> &GroupCoordinator {
         &self.groups
-    }
-
-    /// The data directory.
-    pub fn data_dir(&self) -> &Path {
-        &self.data_dir
     }
 
     /// Answers one request from the client at `peer`.
