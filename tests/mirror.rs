@@ -1,6 +1,8 @@
-//! `strait mirror` between real brokers: Tansu 0.6.0 and `strait serve` as
-//! the two datacenters, confluent-kafka producing, records compared on
-//! both sides with confluent-kafka (`ck_dump.py`).
+//! `strait mirror` between real brokers: Apache Kafka (two single-node
+//! clusters shared by this process's tests, each test on topics of its
+//! own), Tansu 0.6.0 and `strait serve` as the two datacenters,
+//! confluent-kafka producing, records compared on both sides with
+//! confluent-kafka (`ck_dump.py`).
 //!
 //! Where Tansu's known bugs get in the way (its watermarks under-report,
 //! it drops commit metadata, it keeps everything in memory so a restart
@@ -12,7 +14,15 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{metric, run_client, MirrorProc, Strait, Tansu};
+use support::kafka::Kafka;
+use support::{metric, run_client, unique, MirrorProc, Strait, Tansu};
+
+/// The second Kafka of this process (the first is [`Kafka::shared`]): two
+/// datacenters.
+fn kafka_dc2() -> &'static Kafka {
+    static DC2: std::sync::OnceLock<Kafka> = std::sync::OnceLock::new();
+    DC2.get_or_init(|| Kafka::start(0, &[]))
+}
 
 /// A config with clusters `src` and `dst` and one mirror `m` of `topics`,
 /// committing every 500ms and looking for topics every 1s unless `extra`
@@ -187,7 +197,13 @@ fn acked(producer: &support::BackgroundClient) -> usize {
 #[test]
 fn sigkill_three_times_mid_stream_still_exactly_once_from_strait() {
     let source = Strait::start(&[]);
-    sigkill_test(&source.bootstrap(), "already on the target");
+    let target = Strait::start(&[]);
+    sigkill_test(
+        &source.bootstrap(),
+        &target.bootstrap(),
+        "events",
+        "already on the target",
+    );
 }
 
 /// The same with Tansu as the source: it drops commit metadata, so the
@@ -195,23 +211,61 @@ fn sigkill_three_times_mid_stream_still_exactly_once_from_strait() {
 #[test]
 fn sigkill_three_times_mid_stream_still_exactly_once_from_tansu() {
     let source = Tansu::start();
-    sigkill_test(&source.bootstrap(), "found the target's last batch by content");
+    let target = Strait::start(&[]);
+    sigkill_test(
+        &source.bootstrap(),
+        &target.bootstrap(),
+        "events",
+        "found the target's last batch by content",
+    );
+}
+
+/// Kafka to Kafka.
+#[test]
+fn sigkill_three_times_mid_stream_still_exactly_once_kafka_to_kafka() {
+    let topic = unique("events");
+    sigkill_test(
+        &Kafka::shared().bootstrap(),
+        &kafka_dc2().bootstrap(),
+        &topic,
+        "already on the target",
+    );
+}
+
+/// Kafka to `strait serve`.
+#[test]
+fn sigkill_three_times_mid_stream_still_exactly_once_kafka_to_strait() {
+    let target = Strait::start(&[]);
+    let topic = unique("events");
+    sigkill_test(
+        &Kafka::shared().bootstrap(),
+        &target.bootstrap(),
+        &topic,
+        "already on the target",
+    );
+}
+
+/// `strait serve` to Kafka.
+#[test]
+fn sigkill_three_times_mid_stream_still_exactly_once_strait_to_kafka() {
+    let source = Strait::start(&[]);
+    let topic = unique("events");
+    sigkill_test(
+        &source.bootstrap(),
+        &kafka_dc2().bootstrap(),
+        &topic,
+        "already on the target",
+    );
 }
 
 /// Commits every 5 s, so each kill lands with records on the target past
 /// the committed position: the restart must find them (`resumed` is the
 /// log line that says it did) rather than send them again.
-fn sigkill_test(source: &str, resumed: &str) {
-    let target = Strait::start(&[]);
-    support::create_topic("ck_admin.py", source, "events", 8);
+fn sigkill_test(source: &str, target: &str, topic: &str, resumed: &str) {
+    support::create_topic("ck_admin.py", source, topic, 8);
     let total = 6_000;
-    let mut producer = background_producer(source, "events", total, 1_500);
-    let mut mirror = MirrorProc::start(&config(
-        source,
-        &target.bootstrap(),
-        "events",
-        "    commit_interval: 5s",
-    ));
+    let mut producer = background_producer(source, topic, total, 1_500);
+    let mut mirror = MirrorProc::start(&config(source, target, topic, "    commit_interval: 5s"));
     for kill in 0..3 {
         let before = acked(&producer);
         producer.wait_for(Duration::from_secs(60), |lines| {
@@ -226,7 +280,7 @@ fn sigkill_test(source: &str, resumed: &str) {
         .expect("the producer finishes");
     assert!(status.success(), "{}", producer.describe());
     assert_eq!(acked(&producer), total);
-    assert_mirrored(source, &target.bootstrap(), "events", "events", total);
+    assert_mirrored(source, target, topic, topic, total);
     let log = mirror.log();
     assert!(
         log.contains(resumed),
@@ -306,20 +360,39 @@ fn describe(bootstrap: &str, topic: &str) -> Value {
 fn new_topics_and_partitions_are_followed_with_their_configs() {
     let source = Strait::start(&[]);
     let target = Strait::start(&[]);
+    following(&source.bootstrap(), &target.bootstrap(), "live");
+}
+
+/// The same from Kafka to Kafka: the target's configs read with Kafka's
+/// DescribeConfigs.
+#[test]
+fn new_topics_and_partitions_are_followed_with_their_configs_kafka_to_kafka() {
+    following(
+        &Kafka::shared().bootstrap(),
+        &kafka_dc2().bootstrap(),
+        &unique("live"),
+    );
+}
+
+/// Topics `{prefix}.a` (followed) and `{prefix}-other` (not) on `source`.
+fn following(source: &str, target: &str, prefix: &str) {
+    let a = format!("{prefix}.a");
+    let dc1_a = format!("dc1.{a}");
+    let other = format!("{prefix}-other");
     let mirror = MirrorProc::start(&config(
-        &source.bootstrap(),
-        &target.bootstrap(),
-        "live\\\\..*",
+        source,
+        target,
+        &format!("{prefix}\\\\..*"),
         "    rename: \"dc1.{topic}\"\n    discovery_interval: 2s",
     ));
     let created = run_client(
         "ck_admin.py",
         &[
             "--bootstrap",
-            &source.bootstrap(),
+            source,
             "create",
             "--topic",
-            "live.a",
+            &a,
             "--partitions",
             "2",
             "--config",
@@ -330,57 +403,38 @@ fn new_topics_and_partitions_are_followed_with_their_configs() {
     );
     assert_eq!(created["ok"], true, "{created}");
     let appeared = Instant::now();
-    wait_until("dc1.live.a on the target", Duration::from_secs(10), || {
-        describe(&target.bootstrap(), "dc1.live.a")["topics"]["dc1.live.a"]["partitions"] == 2
+    wait_until(&format!("{dc1_a} on the target"), Duration::from_secs(10), || {
+        describe(target, &dc1_a)["topics"][&dc1_a]["partitions"] == 2
     });
-    eprintln!("dc1.live.a appeared {:?} after its creation", appeared.elapsed());
-    let configs = &describe(&target.bootstrap(), "dc1.live.a")["configs"];
+    eprintln!("{dc1_a} appeared {:?} after its creation", appeared.elapsed());
+    let configs = &describe(target, &dc1_a)["configs"];
     assert_eq!(configs["retention.ms"], "3600000", "{configs}");
     assert_eq!(configs["max.message.bytes"], "500000", "{configs}");
-    produce(&source.bootstrap(), "live.a", 0, 300, "lz4");
-    assert_mirrored(
-        &source.bootstrap(),
-        &target.bootstrap(),
-        "live.a",
-        "dc1.live.a",
-        300,
-    );
+    produce(source, &a, 0, 300, "lz4");
+    assert_mirrored(source, target, &a, &dc1_a, 300);
 
     let grown = run_client(
         "ck_admin.py",
-        &[
-            "--bootstrap",
-            &source.bootstrap(),
-            "grow",
-            "--topic",
-            "live.a",
-            "--partitions",
-            "4",
-        ],
+        &["--bootstrap", source, "grow", "--topic", &a, "--partitions", "4"],
     );
     assert_eq!(grown["ok"], true, "{grown}");
     wait_until(
-        "dc1.live.a grown to 4 partitions",
+        &format!("{dc1_a} grown to 4 partitions"),
         Duration::from_secs(10),
-        || describe(&target.bootstrap(), "dc1.live.a")["topics"]["dc1.live.a"]["partitions"] == 4,
+        || describe(target, &dc1_a)["topics"][&dc1_a]["partitions"] == 4,
     );
-    produce(&source.bootstrap(), "live.a", 300, 400, "zstd");
-    let mirrored = dump(&target.bootstrap(), "dc1.live.a", 700);
+    produce(source, &a, 300, 400, "zstd");
+    let mirrored = dump(target, &dc1_a, 700);
     assert!(
         mirrored["2"].len() + mirrored["3"].len() > 0,
         "the new partitions carry records"
     );
-    assert_mirrored(
-        &source.bootstrap(),
-        &target.bootstrap(),
-        "live.a",
-        "dc1.live.a",
-        700,
-    );
+    assert_mirrored(source, target, &a, &dc1_a, 700);
     // Topics the filter does not take stay on the source.
-    support::create_topic("ck_admin.py", &source.bootstrap(), "other", 1);
+    support::create_topic("ck_admin.py", source, &other, 1);
     std::thread::sleep(Duration::from_secs(3));
-    assert!(describe(&target.bootstrap(), "dc1.other")["topics"]["dc1.other"]["error"].is_string());
+    let dc1_other = format!("dc1.{other}");
+    assert!(describe(target, &dc1_other)["topics"][&dc1_other]["error"].is_string());
     drop(mirror);
 }
 
@@ -976,4 +1030,154 @@ fn strait_serve_runs_the_configured_mirrors() {
     assert_eq!(support::http_get(admin, "/healthz"), "ok\n");
     // The broker itself still serves local topics.
     produce(&serving.bootstrap(), "local", 0, 10, "none");
+}
+
+/// Kafka compacts a topic for real (its cleaner drops overwritten keys,
+/// leaving batches with gaps and emptied batches); Kafka to Kafka, the
+/// target holds exactly what a consumer of the source sees, in order.
+#[test]
+fn a_topic_compacted_by_kafka_arrives_as_its_consumers_see_it() {
+    let source = Kafka::shared();
+    let target = kafka_dc2();
+    let topic = unique("compacted");
+    source.create_topic(
+        &topic,
+        2,
+        &[
+            "cleanup.policy=compact",
+            "segment.ms=100",
+            "min.cleanable.dirty.ratio=0.001",
+            "min.compaction.lag.ms=0",
+            "delete.retention.ms=100",
+        ],
+    );
+    // Rounds of the same 16 keys, a segment each (segment.ms rolls the
+    // active segment at the next append).
+    let rounds = 6;
+    for r in 0..rounds {
+        produce(&source.bootstrap(), &topic, r * 200, 200, "lz4");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let produced = rounds * 200;
+    let compacted = || {
+        let out = run_client(
+            "ck_dump.py",
+            &[
+                "--bootstrap",
+                &source.bootstrap(),
+                "--topic",
+                &topic,
+                "--expect",
+                "1",
+                "--timeout",
+                "20",
+            ],
+        );
+        out["partitions"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|r| r.as_array().unwrap().len())
+            .sum::<usize>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut left = compacted();
+    while left >= produced {
+        assert!(
+            Instant::now() < deadline,
+            "Kafka did not compact {topic}: {left} records left"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+        left = compacted();
+    }
+    eprintln!("{topic}: {left} of {produced} records left after compaction");
+    let _mirror = MirrorProc::start(&config(&source.bootstrap(), &target.bootstrap(), &topic, ""));
+    assert_mirrored(&source.bootstrap(), &target.bootstrap(), &topic, &topic, left);
+}
+
+/// Transactions on a Kafka source (confluent-kafka's transactional
+/// producer and the Java client's, some aborted): Kafka to Kafka, the
+/// target holds the committed records once, in order, and no aborted
+/// record and no marker.
+#[test]
+fn a_transactional_kafka_source_arrives_committed_only() {
+    let source = Kafka::shared();
+    let target = kafka_dc2();
+    let topic = unique("txns");
+    source.create_topic(&topic, 2, &[]);
+    let out = run_client(
+        "ck_txn.py",
+        &[
+            "--bootstrap",
+            &source.bootstrap(),
+            "--topic",
+            &topic,
+            "--transactions",
+            "6",
+            "--per",
+            "20",
+            "--txn-id",
+            &unique("ck-txn"),
+        ],
+    );
+    assert_eq!(out["committed"], 60, "{out}");
+    let java = run_client(
+        "java:txn",
+        &[
+            "--bootstrap",
+            &source.bootstrap(),
+            "--topic",
+            &topic,
+            "--transactions",
+            "4",
+            "--per",
+            "25",
+            "--txn-id",
+            &unique("java-txn"),
+        ],
+    );
+    assert_eq!(java["committed"], 50, "{java}");
+    let mut committed: Vec<String> = out["committed_values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(java["committed_values"].as_array().unwrap())
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    committed.sort();
+    let _mirror = MirrorProc::start(&config(&source.bootstrap(), &target.bootstrap(), &topic, ""));
+    assert_mirrored(&source.bootstrap(), &target.bootstrap(), &topic, &topic, 110);
+    let on_target = dump(&target.bootstrap(), &topic, 110);
+    let mut values: Vec<String> = on_target
+        .values()
+        .flatten()
+        .map(|r| r[1].as_str().unwrap().to_owned())
+        .collect();
+    values.sort();
+    assert_eq!(values, committed, "the target holds the committed records only");
+    // No markers: the target's offsets have no gaps.
+    let out = run_client(
+        "ck_dump.py",
+        &[
+            "--bootstrap",
+            &target.bootstrap(),
+            "--topic",
+            &topic,
+            "--expect",
+            "110",
+        ],
+    );
+    for (p, records) in out["partitions"].as_object().unwrap() {
+        let offsets: Vec<i64> = records
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[0].as_i64().unwrap())
+            .collect();
+        assert_eq!(
+            offsets,
+            (0..offsets.len() as i64).collect::<Vec<_>>(),
+            "target partition {p}"
+        );
+    }
 }

@@ -1,12 +1,14 @@
 //! Every client through Strait's router: kafka-python, the Java client,
-//! kafkajs, Sarama, aiokafka and the rdkafka crate each produce keyed
-//! records through one Strait to two upstream Tansu brokers (`dc1.` topics
-//! on dc1 without the prefix, `legacy` on dc2 as `legacy-v2`), which hold
-//! them under their own names, and consume them back through Strait in a
-//! group of two members that Strait coordinates, whose commits land on the
-//! upstream clusters; a second round in the same group resumes from those
-//! commits. Idempotent producers (InitProducerId answered by Strait) write
-//! to `dc1.orders`, plain gzip producers to `legacy`. (confluent-kafka goes
+//! kafkajs, Sarama (Debian's 1.22 and the current one), franz-go, aiokafka
+//! and the rdkafka crate each produce keyed
+//! records through one Strait to two upstream clusters, Apache Kafka (this
+//! process's shared broker: `dc1.orders` is a topic named after the test
+//! there) and Tansu (`legacy` is `legacy-v2` there), which hold them under
+//! their own names, and consume them back through Strait in a group of two
+//! members that Strait coordinates, whose commits land on the upstream
+//! clusters; a second round in the same group resumes from those commits.
+//! Idempotent producers (InitProducerId answered by Strait) write to
+//! `dc1.orders`, plain gzip producers to `legacy`. (confluent-kafka goes
 //! through the router in `tests/routing.rs`.)
 
 mod support;
@@ -21,44 +23,81 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::Value;
 use strait_spool::batch::BatchHeader;
+use support::kafka::Kafka;
 use support::local::{rd_config, Deliveries};
-use support::{committed, raw, routed_strait, run_client, unique, Strait, Tansu};
+use support::{committed, raw, run_client, unique, Strait, Tansu};
 
-/// Two Tansu brokers with their topics, and the Strait in front of them.
+/// Kafka and Tansu with their topics, and the Strait in front of them.
 struct Routed {
-    dc1: Tansu,
-    dc2: Tansu,
+    kafka: &'static Kafka,
+    tansu: Tansu,
+    /// Each route's topic on its cluster.
+    names: Vec<String>,
     strait: Strait,
     _config: tempfile::TempDir,
 }
 
 impl Routed {
-    fn start() -> Routed {
-        let dc1 = Tansu::start();
-        let dc2 = Tansu::start_with(&["--cluster-id", "dc2"]);
-        for route in ROUTES {
-            let cluster = if route.on_dc1 { &dc1 } else { &dc2 };
-            support::create_topic(
-                "ck_admin.py",
-                &cluster.bootstrap(),
-                route.upstream,
-                route.partitions,
-            );
+    /// For the test `name`: its topics on the shared Kafka carry its name.
+    fn start(name: &str) -> Routed {
+        let kafka = Kafka::shared();
+        let tansu = Tansu::start_with(&["--cluster-id", "dc2"]);
+        let names: Vec<String> = ROUTES
+            .iter()
+            .map(|r| {
+                if r.on_kafka {
+                    unique(&format!("{name}-{}", r.upstream))
+                } else {
+                    r.upstream.to_owned()
+                }
+            })
+            .collect();
+        for (route, upstream) in ROUTES.iter().zip(&names) {
+            if route.on_kafka {
+                kafka.create_topic(upstream, route.partitions, &[]);
+            } else {
+                support::create_topic("ck_admin.py", &tansu.bootstrap(), upstream, route.partitions);
+            }
         }
-        let (strait, config) = routed_strait(&dc1.bootstrap(), &dc2.bootstrap());
+        let routes: String = ROUTES
+            .iter()
+            .zip(&names)
+            .map(|(r, n)| {
+                let to = if r.on_kafka { "kafka" } else { "tansu" };
+                format!("  - {{ exact: \"{}\", to: {to}, as: \"{n}\" }}\n", r.client)
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("strait.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "clusters:\n  kafka: {{ bootstrap: [\"{}\"] }}\n  tansu: {{ bootstrap: [\"{}\"] }}\n\
+                 routes:\n{routes}  - {{ regex: \".*\", to: local }}\n",
+                kafka.bootstrap(),
+                tansu.bootstrap()
+            ),
+        )
+        .unwrap();
+        let strait = Strait::start(&["--config", path.to_str().unwrap()]);
         Routed {
-            dc1,
-            dc2,
+            kafka,
+            tansu,
+            names,
             strait,
-            _config: config,
+            _config: dir,
         }
     }
 
-    fn upstream(&self, route: &Route) -> &Tansu {
-        if route.on_dc1 {
-            &self.dc1
+    /// The route's cluster: (its port, its bootstrap), and the topic's name
+    /// there.
+    fn upstream(&self, route: &Route) -> (u16, String, &str) {
+        let i = ROUTES.iter().position(|r| r.client == route.client).unwrap();
+        let name = self.names[i].as_str();
+        if route.on_kafka {
+            (self.kafka.port(), self.kafka.bootstrap(), name)
         } else {
-            &self.dc2
+            (self.tansu.port(), self.tansu.bootstrap(), name)
         }
     }
 }
@@ -67,8 +106,9 @@ impl Routed {
 #[derive(Clone, Copy, Debug)]
 struct Route {
     client: &'static str,
+    /// Its name upstream (on Kafka, after the test's name).
     upstream: &'static str,
-    on_dc1: bool,
+    on_kafka: bool,
     partitions: i32,
     count: usize,
     /// An idempotent producer (its InitProducerId is answered by Strait).
@@ -80,7 +120,7 @@ const ROUTES: [Route; 2] = [
     Route {
         client: "dc1.orders",
         upstream: "orders",
-        on_dc1: true,
+        on_kafka: true,
         partitions: 3,
         count: 150,
         idempotent: true,
@@ -89,7 +129,7 @@ const ROUTES: [Route; 2] = [
     Route {
         client: "legacy",
         upstream: "legacy-v2",
-        on_dc1: false,
+        on_kafka: false,
         partitions: 2,
         count: 80,
         idempotent: false,
@@ -308,7 +348,7 @@ const MEMBERS: usize = 2;
 /// on the upstream and gets only the new records.
 fn through_the_router(name: &str, client: Client) {
     let started = Instant::now();
-    let routed = Routed::start();
+    let routed = Routed::start(name);
     let group = unique(&format!("{name}-group"));
     for route in &ROUTES {
         let ends = round(
@@ -346,15 +386,14 @@ fn round(
 ) -> BTreeMap<i32, i64> {
     let what = format!("{name} {} (records {start}..{})", route.client, start + count);
     let b = routed.strait.bootstrap();
-    let upstream_port = routed.upstream(route).port();
-    let upstream = routed.upstream(route).bootstrap();
+    let (upstream_port, upstream, upstream_topic) = routed.upstream(route);
 
     let produced = client.produce(&b, route, start, count);
     assert_eq!(produced.delivered, count, "{what}: {}", produced.report);
 
     // On the upstream, under its own name: every record once, keyed, this
     // round's where and at the offsets the producer was told.
-    let stored = support::dump(&upstream, route.upstream, start + count, 0..3);
+    let stored = support::dump(&upstream, upstream_topic, start + count, 0..3);
     let mut indexes = BTreeSet::new();
     let mut key_partitions: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
     let mut ends = BTreeMap::new();
@@ -384,7 +423,7 @@ fn round(
         indexes,
         (0..(start + count) as u64).collect::<BTreeSet<_>>(),
         "{what}: the values on {upstream} {}",
-        route.upstream
+        upstream_topic
     );
     assert!(
         key_partitions.values().all(|ps| ps.len() == 1),
@@ -413,7 +452,7 @@ fn round(
     let mut producers = BTreeSet::new();
     for (p, end) in &ends {
         let from = before.get(p).copied().unwrap_or(0);
-        let batches = upstream_batches(upstream_port, route.upstream, *p, from, *end);
+        let batches = upstream_batches(upstream_port, upstream_topic, *p, from, *end);
         assert_eq!(
             batches.iter().map(|h| h.record_count as u64).sum::<u64>(),
             produced.partitions.get(p).copied().unwrap_or(0),
@@ -469,11 +508,11 @@ fn round(
         consumed.committed, expected,
         "{what}: the group's commits read through Strait: {report}"
     );
-    let on_upstream = committed(&upstream, group, route.upstream);
+    let on_upstream = committed(&upstream, group, upstream_topic);
     assert_eq!(
         on_upstream, expected,
         "{what}: the group's commits on the upstream {upstream} {}",
-        route.upstream
+        upstream_topic
     );
     ends
 }
@@ -521,6 +560,30 @@ fn sarama_produces_and_consumes_through_the_router() {
         Client::Script {
             produce: "sarama:produce",
             consume: "sarama:consume",
+            no_idempotent: Some("--no-idempotent"),
+        },
+    );
+}
+
+#[test]
+fn the_current_sarama_produces_and_consumes_through_the_router() {
+    through_the_router(
+        "sarama-current",
+        Client::Script {
+            produce: "sarama-current:produce",
+            consume: "sarama-current:consume",
+            no_idempotent: Some("--no-idempotent"),
+        },
+    );
+}
+
+#[test]
+fn franz_go_produces_and_consumes_through_the_router() {
+    through_the_router(
+        "franz-go",
+        Client::Script {
+            produce: "franz:produce",
+            consume: "franz:consume",
             no_idempotent: Some("--no-idempotent"),
         },
     );

@@ -128,6 +128,8 @@ pub enum Failure<'a> {
     /// Forwarding a partition's part of a request (Produce, Fetch,
     /// ListOffsets, ...) to its upstream leader.
     Partition(&'a strait_upstream::UpstreamError),
+    /// Obtaining a cluster's producer id for a client's idempotent batch.
+    ProducerId(&'a strait_upstream::UpstreamError),
 }
 
 /// The Kafka error code for an internal error: the only place where the
@@ -191,6 +193,22 @@ pub fn kafka_code(failure: Failure<'_>) -> ResponseError {
             None if e.is_retriable() => ResponseError::NotLeaderOrFollower,
             None => kafka_code(Failure::Upstream(e)),
         },
+        // The client asked nothing of the upstream's producer ids: trouble
+        // that may pass (a coordinator loading, as on a Kafka that just
+        // started; a broker unreachable) is a leader to retry, which every
+        // client does with the batch's sequence unchanged (some, Sarama
+        // among them, fail a Produce on COORDINATOR_LOAD_IN_PROGRESS).
+        Failure::ProducerId(e) => {
+            let last = match e {
+                strait_upstream::UpstreamError::Deadline { last, .. } => last,
+                e => e,
+            };
+            if last.is_retriable() {
+                ResponseError::NotLeaderOrFollower
+            } else {
+                kafka_code(Failure::Upstream(e))
+            }
+        }
         // Trouble reaching a group's coordinator sends the client looking
         // for it again (to Strait), and Strait to the upstream's.
         Failure::Coordinator(e) => match e.code() {
@@ -239,6 +257,30 @@ mod tests {
         check(
             Failure::OffsetLog(&big),
             ResponseError::InvalidCommitOffsetSize,
+            false,
+        );
+        let loading = strait_upstream::UpstreamError::Deadline {
+            what: "InitProducerId".into(),
+            after: std::time::Duration::from_secs(10),
+            last: Box::new(strait_upstream::UpstreamError::Kafka {
+                cluster: "dc1".into(),
+                what: "InitProducerId".into(),
+                code: ResponseError::CoordinatorLoadInProgress,
+            }),
+        };
+        check(
+            Failure::ProducerId(&loading),
+            ResponseError::NotLeaderOrFollower,
+            true,
+        );
+        let refused = strait_upstream::UpstreamError::Kafka {
+            cluster: "dc1".into(),
+            what: "InitProducerId".into(),
+            code: ResponseError::ClusterAuthorizationFailed,
+        };
+        check(
+            Failure::ProducerId(&refused),
+            ResponseError::ClusterAuthorizationFailed,
             false,
         );
     }

@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::InitProducerIdRequest;
 use kafka_protocol::ResponseError;
 use strait_upstream::{Backoff, Cluster, UpstreamError};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
@@ -560,34 +559,7 @@ fn producer_state_lost(code: ResponseError) -> bool {
 /// A fresh idempotent producer id from the target (InitProducerId without
 /// a transactional id), retried while the target says to.
 async fn init_producer_id(target: &Cluster) -> Result<(i64, i16), UpstreamError> {
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs(60);
-    let mut backoff = Backoff::default();
-    loop {
-        let attempt = async {
-            let connection = target.any_broker().await?;
-            let request = InitProducerIdRequest::default()
-                .with_transactional_id(None)
-                .with_transaction_timeout_ms(60_000)
-                .with_producer_id((-1).into())
-                .with_producer_epoch(-1);
-            let response = connection.request(&request).await?;
-            strait_upstream::error::check(
-                target.name(),
-                || "InitProducerId".to_owned(),
-                response.error_code,
-            )?;
-            Ok::<_, UpstreamError>((response.producer_id.0, response.producer_epoch))
-        };
-        match attempt.await {
-            Ok(id) => return Ok(id),
-            Err(e) if e.is_retriable() => {
-                if e.wants_metadata_refresh() {
-                    target.invalidate();
-                }
-                backoff.wait(deadline, started, "InitProducerId", e).await?;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    target
+        .init_producer_id(Instant::now() + Duration::from_secs(60))
+        .await
 }

@@ -15,6 +15,13 @@
 //   JavaClient admin --bootstrap B create|describe|delete|offsets
 //       [--topic T] [--partitions P] [--replication-factor R]
 //       [--timestamp MS] [--allow-error]
+//   JavaClient txn --bootstrap B --topic T [--transactions N] [--per N]
+//       [--txn-id ID] [-X key=value ...]
+//
+// txn is ck_txn.py with the Java client's transactional producer:
+// transaction t holds values 'jtxn{t}-{i}' (key 'k{i % 4}'), committed when
+// t is even, aborted when odd; prints {"committed", "aborted",
+// "committed_values", "error"}.
 //
 // produce --timestamp-base gives record i (counted from --start) the
 // timestamp base + i * step (default step 1000); admin offsets --timestamp
@@ -604,6 +611,50 @@ public class JavaClient {
         emit(r, ok, ok ? null : "java admin " + op + ": " + error);
     }
 
+    static void txn(Args a, long t0) throws Exception {
+        int transactions = (int) a.num("--transactions", 6);
+        int per = (int) a.num("--per", 20);
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("--bootstrap"));
+        p.put(ProducerConfig.CLIENT_ID_CONFIG, "java_txn");
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, a.get("--txn-id", "java-txn"));
+        p.put(ProducerConfig.LINGER_MS_CONFIG, 5);
+        p.putAll(a.extra);
+        Map<String, Object> r = new TreeMap<>();
+        int committed = 0, aborted = 0;
+        List<String> committedValues = new ArrayList<>();
+        String error = null;
+        try (KafkaProducer<String, String> producer =
+                new KafkaProducer<>(p, new StringSerializer(), new StringSerializer())) {
+            producer.initTransactions();
+            for (int t = 0; t < transactions; t++) {
+                producer.beginTransaction();
+                List<String> values = new ArrayList<>();
+                for (int i = 0; i < per; i++) {
+                    String v = "jtxn" + t + "-" + i;
+                    values.add(v);
+                    producer.send(new ProducerRecord<>(a.get("--topic"), "k" + (i % 4), v));
+                }
+                producer.flush();
+                if (t % 2 == 0) {
+                    producer.commitTransaction();
+                    committed += per;
+                    committedValues.addAll(values);
+                } else {
+                    producer.abortTransaction();
+                    aborted += per;
+                }
+            }
+        } catch (Exception e) {
+            error = errText(e);
+        }
+        r.put("committed", committed);
+        r.put("aborted", aborted);
+        r.put("committed_values", committedValues);
+        r.put("error", error);
+        emit(r, error == null, error);
+    }
+
     /** kafka-clients' version, as the jar's AppInfo reports it. */
     static final class AppInfoVersion {
         static String get() {
@@ -622,6 +673,7 @@ public class JavaClient {
                 case "produce": produce(a, t0); break;
                 case "consume": consume(a, t0); break;
                 case "admin": admin(a, t0); break;
+                case "txn": txn(a, t0); break;
                 case "version":
                     System.out.println(AppInfoVersion.get());
                     System.exit(0);

@@ -23,6 +23,7 @@
 
 #![allow(dead_code)]
 
+pub mod kafka;
 pub mod local;
 pub mod raw;
 pub mod relay;
@@ -630,15 +631,18 @@ fn tail(s: &str, max: usize) -> &str {
     &s[i..]
 }
 
-/// Builds a compiled test client from `source` into a directory named by
-/// the source's hash under the cargo target's temporary directory, once:
-/// test processes share it and an edit rebuilds. `build` gets the source
+/// Builds a compiled test client from `sources` into a directory named by
+/// their hash under the cargo target's temporary directory, once: test
+/// processes share it and an edit rebuilds. `build` gets the first source
 /// and an empty output directory. Panics (failing the test) if it fails.
-fn built_client(source: &Path, build: impl FnOnce(&Path, &Path) -> Command) -> PathBuf {
+fn built_client(sources: &[PathBuf], build: impl FnOnce(&Path, &Path) -> Command) -> PathBuf {
     use std::hash::{Hash, Hasher};
-    let text = fs::read(source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut h);
+    for source in sources {
+        let text = fs::read(source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+        text.hash(&mut h);
+    }
+    let source = &sources[0];
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let name = source.file_stem().unwrap_or_default().to_string_lossy();
     let dir = base.join(format!("client-{name}-{:016x}", h.finish()));
@@ -655,9 +659,10 @@ fn built_client(source: &Path, build: impl FnOnce(&Path, &Path) -> Command) -> P
         .unwrap_or_else(|e| panic!("cannot build {}: {e} (run scripts/peers)", source.display()));
     assert!(
         out.status.success(),
-        "building {} failed ({:?}):\n{}",
+        "building {} failed ({:?}):\n{}{}",
         source.display(),
         cmd,
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     fs::write(tmp.join("built"), b"").expect("marking the build done");
@@ -667,12 +672,25 @@ fn built_client(source: &Path, build: impl FnOnce(&Path, &Path) -> Command) -> P
     dir
 }
 
+/// The environment of a Go build from the modules `scripts/peers`
+/// downloaded into `.peers/go`: offline, nothing fetched during tests.
+fn go_module_env(cmd: &mut Command) {
+    let go = repo_root().join(".peers/go");
+    cmd.env("GOPATH", &go)
+        .env("GOMODCACHE", go.join("mod"))
+        .env("GOCACHE", go.join("cache"))
+        .env("GOFLAGS", "-modcacherw -buildvcs=false")
+        .env("GOPROXY", "off")
+        .env("GO111MODULE", "on")
+        .env("CGO_ENABLED", "0");
+}
+
 /// `tests/clients/JavaClient.java` compiled against the peers' jars.
 fn java_classes(peers: &Peers) -> PathBuf {
     static CLASSES: OnceLock<PathBuf> = OnceLock::new();
     CLASSES
         .get_or_init(|| {
-            built_client(&peers.clients.join("JavaClient.java"), |source, out| {
+            built_client(&[peers.clients.join("JavaClient.java")], |source, out| {
                 let mut cmd = Command::new("javac");
                 cmd.arg("-d")
                     .arg(out)
@@ -692,7 +710,7 @@ fn sarama_client(peers: &Peers) -> PathBuf {
     BINARY
         .get_or_init(|| {
             let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("go-build-cache");
-            built_client(&peers.clients.join("sarama/main.go"), |source, out| {
+            built_client(&[peers.clients.join("sarama/main.go")], |source, out| {
                 let mut cmd = Command::new("go");
                 cmd.args(["build", "-o"])
                     .arg(out.join("sarama-client"))
@@ -704,6 +722,53 @@ fn sarama_client(peers: &Peers) -> PathBuf {
                 cmd
             })
             .join("sarama-client")
+        })
+        .clone()
+}
+
+/// `tests/clients/sarama/main.go` built against the current Sarama
+/// (`tests/clients/sarama-current/`: its go.mod pins github.com/IBM/sarama).
+fn sarama_current_client(peers: &Peers) -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let dir = peers.clients.join("sarama-current");
+            let sources = ["build.sh", "go.mod", "go.sum", "current.go"]
+                .iter()
+                .map(|f| dir.join(f))
+                .chain([peers.clients.join("sarama/main.go")])
+                .collect::<Vec<_>>();
+            built_client(&sources, |source, out| {
+                let mut cmd = Command::new("sh");
+                cmd.arg(source).arg(out.join("sarama-current-client"));
+                go_module_env(&mut cmd);
+                cmd
+            })
+            .join("sarama-current-client")
+        })
+        .clone()
+}
+
+/// `tests/clients/franz/` (franz-go) built from its module.
+fn franz_client(peers: &Peers) -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let dir = peers.clients.join("franz");
+            let sources = ["main.go", "go.mod", "go.sum"]
+                .iter()
+                .map(|f| dir.join(f))
+                .collect::<Vec<_>>();
+            built_client(&sources, |_, out| {
+                let mut cmd = Command::new("go");
+                cmd.args(["build", "-trimpath", "-o"])
+                    .arg(out.join("franz-client"))
+                    .arg(".")
+                    .current_dir(&dir);
+                go_module_env(&mut cmd);
+                cmd
+            })
+            .join("franz-client")
         })
         .clone()
 }
@@ -736,6 +801,14 @@ pub fn try_client(script: &str, args: &[&str]) -> ClientRun {
         cmd
     } else if let Some(command) = script.strip_prefix("sarama:") {
         let mut cmd = Command::new(sarama_client(&peers));
+        cmd.arg(command);
+        cmd
+    } else if let Some(command) = script.strip_prefix("sarama-current:") {
+        let mut cmd = Command::new(sarama_current_client(&peers));
+        cmd.arg(command);
+        cmd
+    } else if let Some(command) = script.strip_prefix("franz:") {
+        let mut cmd = Command::new(franz_client(&peers));
         cmd.arg(command);
         cmd
     } else if let Some(command) = script.strip_prefix("kafkajs:") {

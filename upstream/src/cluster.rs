@@ -19,7 +19,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest};
+use kafka_protocol::messages::{
+    ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, MetadataRequest,
+    ProducerId,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use tokio::time::Instant;
@@ -407,6 +410,45 @@ impl Cluster {
             cluster: self.inner.name.clone(),
             reason: last.map_or_else(|| "the metadata lists no brokers".to_owned(), |e| e.to_string()),
         })
+    }
+
+    /// A fresh idempotent (not transactional) producer id and epoch,
+    /// retried with the backoff while the cluster says to (a coordinator
+    /// still loading, as a Kafka that just started answers; a broker
+    /// unreachable) until `deadline`, as Kafka's own clients retry it.
+    pub async fn init_producer_id(&self, deadline: Instant) -> Result<(i64, i16)> {
+        let started = Instant::now();
+        let mut backoff = Backoff::default();
+        loop {
+            let attempt = async {
+                let connection = self.any_broker().await?;
+                let request = InitProducerIdRequest::default()
+                    .with_transactional_id(None)
+                    .with_transaction_timeout_ms(60_000)
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1);
+                let response = connection.request(&request).await?;
+                check(
+                    &self.inner.name,
+                    || "InitProducerId".to_owned(),
+                    response.error_code,
+                )?;
+                Ok::<_, UpstreamError>((response.producer_id.0, response.producer_epoch))
+            };
+            match attempt.await {
+                Ok(id) => {
+                    tracing::debug!(cluster = %self.inner.name, producer_id = id.0, epoch = id.1, "upstream producer id");
+                    return Ok(id);
+                }
+                Err(e) if e.is_retriable() => {
+                    if e.wants_metadata_refresh() {
+                        self.invalidate();
+                    }
+                    backoff.wait(deadline, started, "InitProducerId", e).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// The connection to the coordinator of consumer group `group`.

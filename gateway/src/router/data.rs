@@ -32,7 +32,7 @@ use tokio::time::Instant;
 
 use super::scatter::{by_topic, in_order, land, land_all, Item, Via};
 use super::session::Session;
-use super::{name, partition_code, Head, Pending, Router};
+use super::{name, partition_code, producer_id_code, Head, Pending, Router};
 use crate::broker::Reply;
 
 /// How often a partition's request is sent again after its leader moved
@@ -87,7 +87,7 @@ impl Router {
                         Ok(records) => item.data = Some(records),
                         Err(e) => {
                             tracing::debug!(cluster = %c, error = %e, "no upstream producer id");
-                            let mut answer = produce_error(item.partition, partition_code(&e));
+                            let mut answer = produce_error(item.partition, producer_id_code(&e));
                             if head.version >= 8 {
                                 answer.error_message = Some(StrBytes::from_string(e.to_string()));
                             }

@@ -648,6 +648,12 @@ fn partition_code(e: &strait_upstream::UpstreamError) -> i16 {
     kafka_code(Failure::Partition(e)).code()
 }
 
+/// The code a client sees when a cluster's producer id for its idempotent
+/// batch could not be had.
+fn producer_id_code(e: &strait_upstream::UpstreamError) -> i16 {
+    kafka_code(Failure::ProducerId(e)).code()
+}
+
 /// The code a client sees for an upstream failure of a group coordinator.
 fn coordinator_code(e: &strait_upstream::UpstreamError) -> i16 {
     kafka_code(Failure::Coordinator(e)).code()

@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{InitProducerIdRequest, ProducerId};
 use strait_spool::batch::BatchHeader;
 use strait_upstream::{Cluster, UpstreamError};
 use tokio::sync::OnceCell;
@@ -30,6 +29,11 @@ use tokio::time::Instant;
 /// Producers not seen for this long are forgotten when the map is full
 /// (Kafka's `producer.id.expiration.ms` is a day).
 const IDLE: Duration = Duration::from_secs(24 * 3600);
+
+/// How long a Produce waits for a cluster's producer id (retried while the
+/// cluster says to) before its batch is answered NOT_LEADER_OR_FOLLOWER,
+/// which the client retries: well within clients' request timeouts.
+const PRODUCER_ID_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Most (client producer, cluster) pairs remembered.
 const CAPACITY: usize = 100_000;
@@ -77,7 +81,15 @@ impl UpstreamProducers {
             slot.used = now;
             Arc::clone(&slot.id)
         };
-        id.get_or_try_init(|| init_producer_id(cluster)).await.copied()
+        let deadline = Instant::now()
+            + cluster
+                .options()
+                .connect
+                .request_timeout
+                .min(PRODUCER_ID_PATIENCE);
+        id.get_or_try_init(|| cluster.init_producer_id(deadline))
+            .await
+            .copied()
     }
 
     /// `records` (a Produce partition's record batches) with the client's
@@ -116,27 +128,4 @@ fn forget_oldest(slots: &mut HashMap<Key, Slot>, now: Instant) {
             slots.remove(&oldest);
         }
     }
-}
-
-/// A fresh idempotent (not transactional) producer id from `cluster`.
-async fn init_producer_id(cluster: &Cluster) -> Result<(i64, i16), UpstreamError> {
-    let connection = cluster.any_broker().await?;
-    let request = InitProducerIdRequest::default()
-        .with_transactional_id(None)
-        .with_transaction_timeout_ms(60_000)
-        .with_producer_id(ProducerId(-1))
-        .with_producer_epoch(-1);
-    let response = connection.request(&request).await?;
-    strait_upstream::error::check(
-        cluster.name(),
-        || "InitProducerId".to_owned(),
-        response.error_code,
-    )?;
-    tracing::debug!(
-        cluster = cluster.name(),
-        producer_id = response.producer_id.0,
-        epoch = response.producer_epoch,
-        "upstream producer id"
-    );
-    Ok((response.producer_id.0, response.producer_epoch))
 }

@@ -1,5 +1,7 @@
 // The Sarama client (github.com/Shopify/sarama 1.22.1, Debian's
-// golang-github-shopify-sarama-dev), driven from the Rust integration tests
+// golang-github-shopify-sarama-dev; the same file also builds against the
+// current Sarama, github.com/IBM/sarama 1.61.1: see "The current Sarama"
+// below), driven from the Rust integration tests
 // like the Python scripts, JavaClient.java and kafkajs/client.js beside it:
 // the same flags and the same JSON shapes (see ../README.md), one JSON object
 // (sorted keys, Python's separators) on the last stdout line; exit 0 done,
@@ -19,8 +21,8 @@
 //	BINARY version      (sarama, Go and protocol version, one line)
 //
 // Every command also takes --kafka-version V (the Kafka version sarama
-// assumes, default 2.2.0, the newest sarama 1.22.1 knows; e.g. 1.0.0 or
-// 0.11.0.2) and -X key=value (repeatable):
+// assumes, default 2.2.0, the newest sarama 1.22.1 knows, 4.1.0 in the
+// current build; e.g. 1.0.0 or 0.11.0.2) and -X key=value (repeatable):
 //
 //	version=V               same as --kafka-version
 //	log=true                sarama's own log on stderr (also SARAMA_LOG=1)
@@ -57,6 +59,35 @@
 // sarama 1.22 leaves a produced batch's max timestamp at -1 (Kafka's broker
 // rewrites it from the records when it validates the batch).
 //
+// The current Sarama: ../sarama-current holds a go.mod (module
+// strait-tests/sarama-current, github.com/IBM/sarama v1.61.1; Go 1.26+),
+// its go.sum and current.go, which replaces this file's build-specific
+// defaults (see "What differs between the two builds") in its init().
+// ../sarama-current/build.sh copies the three files and this one, its
+// sarama import rewritten to github.com/IBM/sarama, into a temporary
+// directory and builds there (module mode, no cgo: zstd is
+// klauspost/compress); caches in .peers/go, never $HOME:
+//
+//	tests/clients/sarama-current/build.sh download    # go mod download
+//	tests/clients/sarama-current/build.sh OUT         # go build (offline)
+//
+// It sends ApiVersions v4 (v3 below --kafka-version 3.9.0) first on every
+// connection and lowers every request to the broker's advertised maximum,
+// never raises one to its minimum: an old --kafka-version still sends what
+// Kafka 4 dropped (at 1.0.0 describe's DescribeConfigs v0: the connection
+// is closed). At its default 4.1.0 against Kafka 4.1.1: Metadata v11,
+// Produce v10 (zstd works), Fetch v12, ListOffsets v6, FindCoordinator v3,
+// JoinGroup v8 (the classic group protocol; sarama has no KIP-848),
+// SyncGroup v5, Heartbeat v4, LeaveGroup v5, OffsetCommit v8,
+// OffsetFetch v8, InitProducerId v4, CreateTopics v7, DeleteTopics v6,
+// DescribeConfigs v4 (the versions named below are 1.22's). At 2.8.0
+// (sarama's DefaultVersion) Produce v9, JoinGroup v7, LeaveGroup v4,
+// OffsetFetch v7 and ApiVersions v3, the rest the same. It sets a batch's
+// max timestamp; its client errors wrap their causes ("SARAMA_OUT_OF_BROKERS:
+// kafka: client has run out of available brokers to talk to: dial tcp
+// ...: connection refused"); Consumer.Group.Rebalance.Strategy, which this
+// client sets, is deprecated there (a warning on -X log=true, still obeyed).
+//
 // How it differs from the librdkafka scripts, because sarama works so:
 //   - produce: an AsyncProducer with Return.Successes and Return.Errors, so
 //     every record's partition and offset come back one by one (acks=0: no
@@ -72,7 +103,8 @@
 //     Codecs: gzip (compress/gzip), snappy (golang/snappy), lz4 (pierrec/lz4),
 //     zstd (DataDog/zstd, cgo). sarama sends zstd batches in Produce v3 (Kafka
 //     wants v7+ and answers UNSUPPORTED_COMPRESSION_TYPE) and fetches them with
-//     Fetch v4 (Kafka wants v10+).
+//     Fetch v4 (Kafka wants v10+). The current build: klauspost/compress,
+//     and zstd in Produce v10 and Fetch v12.
 //   - consume: each member is a sarama.ConsumerGroup (its own client) looping
 //     on Consume(); initial offset oldest. With --commit every consumed record
 //     is marked (MarkMessage); sarama's offset manager commits marks every
@@ -101,6 +133,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/ioutil"
@@ -119,7 +152,40 @@ import (
 	"github.com/Shopify/sarama"
 )
 
-const saramaVersion = "1.22.1" // Debian's golang-github-shopify-sarama-dev 1.22.1-1
+// What differs between the two builds: these are the Debian 1.22.1 build's;
+// ../sarama-current/current.go, compiled only into the build against the
+// current github.com/IBM/sarama, replaces them in its init().
+var (
+	saramaVersion       = "1.22.1" // Debian's golang-github-shopify-sarama-dev 1.22.1-1
+	defaultKafkaVersion = "2.2.0"  // the newest Kafka version sarama 1.22.1 knows
+	codecs              = "gzip, snappy, lz4, zstd (cgo)"
+	// The versions of the Metadata and DescribeConfigs requests that
+	// describe and offsets build themselves (see topicMetadata, describe).
+	metadataVersion = func(v sarama.KafkaVersion) int16 {
+		switch {
+		case v.IsAtLeast(sarama.V1_0_0_0):
+			return 5
+		case v.IsAtLeast(sarama.V0_11_0_0):
+			return 4
+		case v.IsAtLeast(sarama.V0_10_1_0):
+			return 2 // cluster id from v2 on; may auto-create (no flag before v4)
+		case v.IsAtLeast(sarama.V0_10_0_0):
+			return 1
+		}
+		return 0
+	}
+	describeConfigsVersion = func(v sarama.KafkaVersion) int16 {
+		if v.IsAtLeast(sarama.V1_1_0_0) {
+			// v0 (what sarama's ClusterAdmin.DescribeConfig sends) is gone
+			// from Kafka 4 (KIP-896) and Strait: the broker closes the connection.
+			return 1
+		}
+		return 0
+	}
+	// How often a member's marked offsets are committed (the current sarama
+	// ignores Consumer.Offsets.CommitInterval: Consumer.Offsets.AutoCommit).
+	setCommitInterval = func(c *sarama.Config, d time.Duration) { c.Consumer.Offsets.CommitInterval = d }
+)
 
 var t0 = time.Now()
 
@@ -143,7 +209,7 @@ const usageText = `usage:
       [--topic T] [--partitions P] [--replication-factor R]
       [--config k=v ...] [--timeout S] [--allow-error]
   BINARY version
-  every command: --kafka-version V (default 2.2.0), -X key=value (see the source header)`
+  every command: --kafka-version V (default %s), -X key=value (see the source header)`
 
 var flagNames = map[string][]string{
 	"produce": {"--idempotent", "--no-idempotent", "--keyed"},
@@ -199,7 +265,7 @@ func parseArgs(command string, argv []string) *args {
 		}
 		switch {
 		case name == "-h" || name == "--help":
-			fmt.Println(usageText)
+			fmt.Printf(usageText+"\n", defaultKafkaVersion)
 			os.Exit(0)
 		case name == "-X":
 			a.addExtra(next())
@@ -659,12 +725,29 @@ func errText(err error) string {
 	if n, ok := saramaErrorNames[err]; ok {
 		return n + ": " + err.Error()
 	}
+	// The current sarama wraps errors (ErrOutOfBrokers with the dial
+	// errors, ...): the same names for wrapped ones.
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "SARAMA_CONNECTION_CLOSED: " + err.Error() + " (the broker closed the connection)"
+	}
+	var names []string
+	for e, n := range saramaErrorNames {
+		if errors.Is(err, e) {
+			names = append(names, n)
+		}
+	}
+	if len(names) > 0 {
+		sort.Strings(names)
+		return names[0] + ": " + err.Error()
+	}
+	var kerr sarama.KError
+	if errors.As(err, &kerr) {
+		return kerrText(kerr, err.Error())
+	}
 	return "SARAMA_ERROR: " + err.Error()
 }
 
 // --- configuration ----------------------------------------------------------------------
-
-const defaultKafkaVersion = "2.2.0"
 
 func newConfig(a *args, clientID string) *sarama.Config {
 	c := sarama.NewConfig()
@@ -696,17 +779,7 @@ func topicMetadata(client sarama.Client, topic string) (*sarama.MetadataResponse
 	if topic != "" {
 		req.Topics = []string{topic}
 	}
-	v := client.Config().Version
-	switch {
-	case v.IsAtLeast(sarama.V1_0_0_0):
-		req.Version = 5
-	case v.IsAtLeast(sarama.V0_11_0_0):
-		req.Version = 4
-	case v.IsAtLeast(sarama.V0_10_1_0):
-		req.Version = 2 // cluster id from v2 on; may auto-create (no flag before v4)
-	case v.IsAtLeast(sarama.V0_10_0_0):
-		req.Version = 1
-	}
+	req.Version = metadataVersion(client.Config().Version)
 	var lastErr error = sarama.ErrOutOfBrokers
 	brokers := []*sarama.Broker{}
 	if c, err := client.Controller(); err == nil {
@@ -1142,7 +1215,7 @@ func consume(a *args) {
 		cfg := newConfig(a, fmt.Sprintf("sarama_consume-%d", idx))
 		cfg.Consumer.Return.Errors = true
 		cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
-		cfg.Consumer.Offsets.CommitInterval = a.extraMs("commit.interval.ms", 100*time.Millisecond)
+		setCommitInterval(cfg, a.extraMs("commit.interval.ms", 100*time.Millisecond))
 		// Retention 0 makes sarama commit with OffsetCommit v1, which Kafka 4
 		// (KIP-896) and Strait no longer accept (the connection is closed);
 		// any other value selects v2, and -1 ms is v2's "broker default".
@@ -1623,11 +1696,7 @@ func describe(client sarama.Client, topic string, r map[string]interface{}, setE
 	configs := map[string]interface{}{}
 	r["configs"], r["configs_error"] = configs, nil
 	req := &sarama.DescribeConfigsRequest{Resources: []*sarama.ConfigResource{{Type: sarama.TopicResource, Name: topic}}}
-	if client.Config().Version.IsAtLeast(sarama.V1_1_0_0) {
-		// v0 (what sarama's ClusterAdmin.DescribeConfig sends) is gone
-		// from Kafka 4 (KIP-896) and Strait: the broker closes the connection.
-		req.Version = 1
-	}
+	req.Version = describeConfigsVersion(client.Config().Version)
 	b, err := client.Controller()
 	if err != nil {
 		r["configs_error"] = errText(err)
@@ -1656,8 +1725,8 @@ func describe(client sarama.Client, topic string, r map[string]interface{}, setE
 
 func version() {
 	v, _ := sarama.ParseKafkaVersion(defaultKafkaVersion)
-	fmt.Printf("sarama %s (%s, kafka protocol version V%s; codecs gzip, snappy, lz4, zstd (cgo))\n",
-		saramaVersion, runtime.Version(), strings.ReplaceAll(v.String(), ".", "_")+"_0")
+	fmt.Printf("sarama %s (%s, kafka protocol version V%s; codecs %s)\n",
+		saramaVersion, runtime.Version(), strings.ReplaceAll(v.String(), ".", "_")+"_0", codecs)
 	os.Exit(0)
 }
 
@@ -1681,7 +1750,7 @@ func main() {
 	command := argv[0]
 	switch command {
 	case "-h", "--help":
-		fmt.Println(usageText)
+		fmt.Printf(usageText+"\n", defaultKafkaVersion)
 		os.Exit(0)
 	case "version":
 		version()
