@@ -17,13 +17,6 @@ use serde_json::Value;
 use support::kafka::Kafka;
 use support::{metric, run_client, unique, MirrorProc, Strait, Tansu};
 
-/// The second Kafka of this process (the first is [`Kafka::shared`]): two
-/// datacenters.
-fn kafka_dc2() -> &'static Kafka {
-    static DC2: std::sync::OnceLock<Kafka> = std::sync::OnceLock::new();
-    DC2.get_or_init(|| Kafka::start(0, &[]))
-}
-
 /// A config with clusters `src` and `dst` and one mirror `m` of `topics`,
 /// committing every 500ms and looking for topics every 1s unless `extra`
 /// sets `commit_interval` or `discovery_interval`.
@@ -226,7 +219,7 @@ fn sigkill_three_times_mid_stream_still_exactly_once_kafka_to_kafka() {
     let topic = unique("events");
     sigkill_test(
         &Kafka::shared().bootstrap(),
-        &kafka_dc2().bootstrap(),
+        &Kafka::second().bootstrap(),
         &topic,
         "already on the target",
     );
@@ -252,7 +245,7 @@ fn sigkill_three_times_mid_stream_still_exactly_once_strait_to_kafka() {
     let topic = unique("events");
     sigkill_test(
         &source.bootstrap(),
-        &kafka_dc2().bootstrap(),
+        &Kafka::second().bootstrap(),
         &topic,
         "already on the target",
     );
@@ -369,7 +362,7 @@ fn new_topics_and_partitions_are_followed_with_their_configs() {
 fn new_topics_and_partitions_are_followed_with_their_configs_kafka_to_kafka() {
     following(
         &Kafka::shared().bootstrap(),
-        &kafka_dc2().bootstrap(),
+        &Kafka::second().bootstrap(),
         &unique("live"),
     );
 }
@@ -1038,7 +1031,7 @@ fn strait_serve_runs_the_configured_mirrors() {
 #[test]
 fn a_topic_compacted_by_kafka_arrives_as_its_consumers_see_it() {
     let source = Kafka::shared();
-    let target = kafka_dc2();
+    let target = Kafka::second();
     let topic = unique("compacted");
     source.create_topic(
         &topic,
@@ -1102,7 +1095,7 @@ fn a_topic_compacted_by_kafka_arrives_as_its_consumers_see_it() {
 #[test]
 fn a_transactional_kafka_source_arrives_committed_only() {
     let source = Kafka::shared();
-    let target = kafka_dc2();
+    let target = Kafka::second();
     let topic = unique("txns");
     source.create_topic(&topic, 2, &[]);
     let out = run_client(

@@ -1,6 +1,7 @@
 //! Watching Strait as its users do: a real Prometheus (Debian's) scraping a
-//! `strait serve` that routes clients to two Tansu clusters, keeps local
-//! topics and mirrors one cluster to the other, running every PromQL
+//! `strait serve` that routes clients to two Apache Kafka clusters (this
+//! process's two shared single nodes; each scene's topic named after it),
+//! keeps local topics and mirrors one cluster to the other, running every PromQL
 //! expression of the dashboards and alert rules; the status page in
 //! headless Chromium against `/api/v1/mirrors`; `/readyz` with an upstream
 //! that does not answer.
@@ -16,18 +17,19 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{create_topic, free_port, kcat, repo_root, run_client, Strait, Tansu};
+use support::kafka::Kafka;
+use support::{free_port, kcat, repo_root, run_client, unique, Strait};
 
-/// Records produced through Strait to `dc1.orders` (`orders` on dc1,
+/// Records produced through Strait to `dc1.orders` (`orders-N` on dc1,
 /// mirrored to dc2).
 const ORDERS: u64 = 400;
 /// Records produced to the local topic `local.events`.
 const EVENTS: u64 = 200;
 
-/// Two Tansu clusters behind one Strait, with traffic of every kind done.
+/// Two Kafka clusters behind one Strait, with traffic of every kind done.
 struct Scene {
-    _dc1: Tansu,
-    _dc2: Tansu,
+    /// The topic `dc1.orders` is on dc1, and its mirror's on dc2.
+    orders: String,
     strait: Strait,
     admin: u16,
     _dir: tempfile::TempDir,
@@ -35,16 +37,16 @@ struct Scene {
 
 impl Scene {
     fn start() -> Scene {
-        let dc1 = Tansu::start_with(&["--cluster-id", "dc1"]);
-        let dc2 = Tansu::start_with(&["--cluster-id", "dc2"]);
-        create_topic("ck_admin.py", &dc1.bootstrap(), "orders", 2);
+        let (dc1, dc2) = (Kafka::shared(), Kafka::second());
+        let orders = unique("orders");
+        dc1.create_topic(&orders, 2, &[]);
         let admin = free_port();
         let (strait, dir) = strait_with(&format!(
             r#"clusters:
   dc1: {{ bootstrap: ["{dc1}"], request_timeout: 10s, connect_timeout: 5s }}
   dc2: {{ bootstrap: ["{dc2}"], request_timeout: 10s, connect_timeout: 5s }}
 routes:
-  - {{ prefix: "dc1.", to: dc1, strip_prefix: true }}
+  - {{ exact: "dc1.orders", to: dc1, as: "{orders}" }}
   - {{ prefix: "local.", to: local }}
 admin:
   listen: "127.0.0.1:{admin}"
@@ -52,7 +54,7 @@ mirrors:
   dc1-to-dc2:
     source: dc1
     target: dc2
-    topics: "orders"
+    topics: "{orders}"
     commit_interval: 500ms
     discovery_interval: 1s
 "#,
@@ -60,8 +62,7 @@ mirrors:
             dc2 = dc2.bootstrap(),
         ));
         let scene = Scene {
-            _dc1: dc1,
-            _dc2: dc2,
+            orders,
             strait,
             admin,
             _dir: dir,
@@ -473,13 +474,14 @@ fn the_status_page_shows_what_the_api_says() {
         assert_eq!(p["state"], "running", "{p}");
         assert_eq!(p["lag_records"], 0, "{p}");
         assert_eq!(p["position"], p["high_watermark"], "{p}");
-        assert_eq!(p["target_topic"], "orders", "{p}");
+        assert_eq!(p["target_topic"], scene.orders.as_str(), "{p}");
     }
     let (status, body) = http(scene.admin, "/api/v1/gateway");
     assert_eq!(status, 200);
     let gateway: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(gateway["ready"], true);
-    assert_eq!(gateway["routes"][0]["prefix"], "dc1.", "{gateway}");
+    assert_eq!(gateway["routes"][0]["exact"], "dc1.orders", "{gateway}");
+    assert_eq!(gateway["routes"][0]["as"], scene.orders.as_str(), "{gateway}");
     assert_eq!(gateway["upstreams"][0]["name"], "dc1", "{gateway}");
     assert_eq!(gateway["upstreams"][0]["up"], true, "{gateway}");
     assert_eq!(gateway["upstreams"][0]["brokers"], 1, "{gateway}");

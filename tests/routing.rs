@@ -1,5 +1,6 @@
-//! One endpoint for many clusters: topics routed by `routes:` to a Tansu
-//! broker (an upstream cluster) and to Strait's own spool, produced and
+//! One endpoint for many clusters: topics routed by `routes:` to upstream
+//! clusters (Tansu brokers, `strait serve`, and Apache Kafka: this
+//! process's shared single node) and to Strait's own spool, produced and
 //! consumed through Strait with real clients, and read on the upstream
 //! directly.
 
@@ -326,9 +327,11 @@ fn a_java_producer_writes_to_two_clusters_and_a_local_topic_under_one_producer_i
 
 #[test]
 fn a_group_spans_two_clusters_and_local_topics_and_commits_where_the_data_lives() {
-    let dc1 = Tansu::start();
+    // dc1 is Kafka (this process's; no other test here has an `orders`
+    // there), dc2 Tansu.
+    let dc1 = support::kafka::Kafka::shared();
     let dc2 = Tansu::start_with(&["--cluster-id", "dc2"]);
-    support::create_topic("ck_admin.py", &dc1.bootstrap(), "orders", 2);
+    dc1.create_topic("orders", 2, &[]);
     support::create_topic("ck_admin.py", &dc2.bootstrap(), "legacy-v2", 2);
     let (strait, _dir) = routed_strait(&dc1.bootstrap(), &dc2.bootstrap());
     let b = strait.bootstrap();
@@ -412,9 +415,9 @@ fn a_group_spans_two_clusters_and_local_topics_and_commits_where_the_data_lives(
     assert_eq!(out["duplicates"].as_u64(), Some(0), "{out}");
 }
 
-/// A Strait whose `legacy` topic is `legacy-v2` on `dc2` and whose `dc2-`
+/// A Strait whose `legacy` topic is `upstream` on `dc2` and whose `dc2-`
 /// groups `dc2` coordinates.
-fn delegating_strait(dc2: &str) -> (Strait, tempfile::TempDir) {
+fn delegating_strait(dc2: &str, upstream: &str) -> (Strait, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("strait.yaml");
     std::fs::write(
@@ -423,7 +426,7 @@ fn delegating_strait(dc2: &str) -> (Strait, tempfile::TempDir) {
             r#"clusters:
   dc2: {{ bootstrap: ["{dc2}"] }}
 routes:
-  - {{ exact: legacy, to: dc2, as: legacy-v2 }}
+  - {{ exact: legacy, to: dc2, as: "{upstream}" }}
   - {{ regex: ".*", to: local }}
 groups:
   - {{ prefix: "dc2-", to: dc2 }}
@@ -439,8 +442,73 @@ fn a_delegated_group_is_run_by_its_cluster_and_served_by_two_straits() {
     // dc2 is a `strait serve`: Tansu's DescribeGroups lists no members.
     let dc2 = Strait::start(&[]);
     support::create_topic("ck_admin.py", &dc2.bootstrap(), "legacy-v2", 4);
-    let (one, _d1) = delegating_strait(&dc2.bootstrap());
-    let (two, _d2) = delegating_strait(&dc2.bootstrap());
+    delegated_group(&dc2.bootstrap(), "legacy-v2", "dc2-shared");
+}
+
+/// The same with Kafka's own group coordinator (the classic protocol).
+#[test]
+fn a_delegated_group_is_run_by_kafkas_coordinator_and_served_by_two_straits() {
+    let kafka = support::kafka::Kafka::shared();
+    let upstream = support::unique("legacy-v2");
+    kafka.create_topic(&upstream, 4, &[]);
+    delegated_group(&kafka.bootstrap(), &upstream, &support::unique("dc2-shared"));
+}
+
+/// A client that would join with the new consumer group protocol
+/// (KIP-848; franz-go with `group.protocol=consumer`) finds no
+/// ConsumerGroupHeartbeat in Strait's ApiVersions and falls back to the
+/// classic protocol: a group delegated to Kafka's coordinator, under a
+/// renamed topic, gets every record once and commits on Kafka.
+#[test]
+fn a_kip848_client_falls_back_to_the_classic_protocol_through_strait() {
+    let kafka = support::kafka::Kafka::shared();
+    let upstream = support::unique("legacy-848");
+    kafka.create_topic(&upstream, 3, &[]);
+    let (strait, _dir) = delegating_strait(&kafka.bootstrap(), &upstream);
+    let versions = raw::Conn::open(strait.port(), "versions").api_versions(3);
+    assert!(
+        !versions.api_keys.iter().any(|k| k.api_key == 68),
+        "ConsumerGroupHeartbeat is advertised: {versions:?}"
+    );
+    produce("franz:produce", &strait.bootstrap(), "legacy", 120, &[]);
+    let group = support::unique("dc2-848");
+    let out = run_client(
+        "franz:consume",
+        &[
+            "--bootstrap",
+            &strait.bootstrap(),
+            "--topic",
+            "legacy",
+            "--group",
+            &group,
+            "--members",
+            "2",
+            "--commit",
+            "--expect",
+            "120",
+            "--linger",
+            "2",
+            "-X",
+            "group.protocol=consumer",
+            "-X",
+            "balance=range",
+        ],
+    );
+    assert_eq!(out["records"], 120, "{out}");
+    assert_eq!(out["duplicates"], 0, "{out}");
+    let on_kafka = committed(&kafka.bootstrap(), &group, &upstream);
+    assert_eq!(
+        on_kafka.values().map(|o| o.unwrap_or(0)).sum::<i64>(),
+        120,
+        "{on_kafka:?}"
+    );
+}
+
+/// Two members of `group`, coordinated by `dc2` (which holds `legacy` as
+/// `upstream`), one through each of two Straits.
+fn delegated_group(dc2: &str, upstream: &str, group: &str) {
+    let (one, _d1) = delegating_strait(dc2, upstream);
+    let (two, _d2) = delegating_strait(dc2, upstream);
     // One member through each Strait; each reads until a while after its
     // first record.
     let member = |strait: &Strait| {
@@ -452,7 +520,7 @@ fn a_delegated_group_is_run_by_its_cluster_and_served_by_two_straits() {
                 "--topic",
                 "legacy",
                 "--group",
-                "dc2-shared",
+                group,
                 "--commit",
                 "--expect",
                 "1",
@@ -472,7 +540,7 @@ fn a_delegated_group_is_run_by_its_cluster_and_served_by_two_straits() {
     let described = loop {
         let out = support::try_client(
             "ck_admin.py",
-            &["--bootstrap", &one.bootstrap(), "group", "--group", "dc2-shared"],
+            &["--bootstrap", &one.bootstrap(), "group", "--group", group],
         );
         let json = out.json.clone().unwrap_or_default();
         let members = json["members"].as_array().cloned().unwrap_or_default();
@@ -525,7 +593,7 @@ fn a_delegated_group_is_run_by_its_cluster_and_served_by_two_straits() {
     }
     assert_eq!(seen.len(), 200);
     // The commits are dc2's, under its topic name.
-    let on_dc2 = committed(&dc2.bootstrap(), "dc2-shared", "legacy-v2");
+    let on_dc2 = committed(dc2, group, upstream);
     assert_eq!(
         on_dc2.values().map(|o| o.unwrap_or(0)).sum::<i64>(),
         200,

@@ -8,7 +8,7 @@
 //       [--compression none|gzip|snappy|lz4|zstd] [--acks 0|1|all]
 //       [--idempotent | --no-idempotent] [--keyed] [--partition P]
 //       [--linger-ms MS] [--timestamp-base MS [--timestamp-step MS]]
-//       [--timeout S] [-X key=value ...]
+//       [--rate R] [--timeout S] [-X key=value ...]
 //   JavaClient consume --bootstrap B --topic T --expect N
 //       (--group G [--members M] [--commit] | --assign)
 //       [--linger S] [--records] [--timeout S] [-X key=value ...]
@@ -23,7 +23,8 @@
 // t is even, aborted when odd; prints {"committed", "aborted",
 // "committed_values", "error"}.
 //
-// produce --timestamp-base gives record i (counted from --start) the
+// produce --rate sends at most R records a second (for runs that must
+// last while a broker fails); --timestamp-base gives record i (counted from --start) the
 // timestamp base + i * step (default step 1000); admin offsets --timestamp
 // adds "at": {"p": offset} (ListOffsets by timestamp, -1 when none).
 //
@@ -238,6 +239,7 @@ public class JavaClient {
         boolean stamped = a.values.containsKey("--timestamp-base");
         long tsBase = a.num("--timestamp-base", 0);
         long tsStep = a.num("--timestamp-step", 1000);
+        long rate = a.num("--rate", 0);
 
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("--bootstrap"));
@@ -255,7 +257,13 @@ public class JavaClient {
         List<Object[]> delivered = Collections.synchronizedList(new ArrayList<>());
         try (KafkaProducer<String, String> producer =
                 new KafkaProducer<>(p, new StringSerializer(), new StringSerializer())) {
+            long began = System.nanoTime();
             for (long i = start; i < start + count; i++) {
+                if (rate > 0) {
+                    long due = began + (i - start) * 1_000_000_000L / rate;
+                    long wait = due - System.nanoTime();
+                    if (wait > 0) Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
+                }
                 String value = valueFor(prefix, i, size);
                 String key = a.has("--keyed") ? "k" + (i % 16) : null;
                 Integer partition = a.values.containsKey("--partition") ? (int) a.num("--partition", 0) : null;

@@ -3,7 +3,8 @@
 //!
 //! - [`Kafka::shared`]: one combined broker+controller, started once per
 //!   test process and shared by its tests (512 MB heap; topics named per
-//!   test keep them apart).
+//!   test keep them apart); [`Kafka::second`], another, for a second
+//!   datacenter.
 //! - [`Kafka::cluster`]: a dedicated controller and three brokers
 //!   (replication factor 3, `min.insync.replicas=2`), once per test process,
 //!   for the failure tests: any broker can be killed, stopped, frozen with
@@ -37,6 +38,7 @@ struct Node {
     log: PathBuf,
     heap: &'static str,
     child: Option<Child>,
+    frozen: bool,
 }
 
 /// A running Kafka cluster (KRaft).
@@ -114,6 +116,8 @@ logger.server.name=kafka.server.KafkaRaftServer
 logger.server.level=INFO
 logger.broker.name=kafka.server.BrokerServer
 logger.broker.level=INFO
+logger.coordinator.name=org.apache.kafka.coordinator
+logger.coordinator.level=INFO
 ";
 
 impl Kafka {
@@ -121,6 +125,13 @@ impl Kafka {
     pub fn shared() -> &'static Kafka {
         static SHARED: OnceLock<Kafka> = OnceLock::new();
         SHARED.get_or_init(|| Kafka::start(0, &[]))
+    }
+
+    /// A second single-node Kafka of this test process (started on first
+    /// use): the other datacenter.
+    pub fn second() -> &'static Kafka {
+        static SECOND: OnceLock<Kafka> = OnceLock::new();
+        SECOND.get_or_init(|| Kafka::start(0, &[]))
     }
 
     /// The three-broker cluster of this test process (started on first
@@ -344,10 +355,36 @@ impl Kafka {
     /// Freezes (SIGSTOP) or thaws (SIGCONT) node `id`: its sockets stay open
     /// and nothing answers.
     pub fn freeze(&self, id: i32, frozen: bool) {
-        let nodes = self.nodes.lock().unwrap();
-        let n = nodes.iter().find(|n| n.id == id).expect("no such node");
+        let mut nodes = self.nodes.lock().unwrap();
+        let n = nodes.iter_mut().find(|n| n.id == id).expect("no such node");
         let pid = n.child.as_ref().expect("node not running").id();
         signal(pid, if frozen { "STOP" } else { "CONT" });
+        n.frozen = frozen;
+    }
+
+    /// Thaws every frozen node and starts every stopped one, then waits
+    /// for all brokers: a failure drill's cleanup, so that the next drill
+    /// finds the whole cluster.
+    pub fn heal(&self) {
+        let mut restarted = false;
+        {
+            let mut nodes = self.nodes.lock().unwrap();
+            for n in nodes.iter_mut() {
+                if n.frozen {
+                    if let Some(c) = &n.child {
+                        signal(c.id(), "CONT");
+                    }
+                    n.frozen = false;
+                }
+                if n.child.is_none() {
+                    n.spawn(&self.dir, false);
+                    restarted = true;
+                }
+            }
+        }
+        if restarted {
+            self.wait_brokers(&self.brokers.clone());
+        }
     }
 
     /// Starts node `id` again (after [`kill`](Self::kill) or
@@ -477,6 +514,7 @@ impl Node {
             log: dir.join(format!("node-{id}.log")),
             heap,
             child: None,
+            frozen: false,
         }
     }
 

@@ -778,7 +778,8 @@ fn franz_client(peers: &Peers) -> PathBuf {
 /// kafkajs / Sarama client with
 /// `<command>` as its first argument, and returns whatever happened (no
 /// assertion). Killed after [`CLIENT_TIMEOUT`].
-pub fn try_client(script: &str, args: &[&str]) -> ClientRun {
+/// The command that runs client `script` (see [`try_client`]) with `args`.
+fn client_command(script: &str, args: &[&str]) -> Command {
     let peers = peers();
     let mut cmd = if let Some(command) = script.strip_prefix("java:") {
         let classes = java_classes(&peers);
@@ -828,6 +829,11 @@ pub fn try_client(script: &str, args: &[&str]) -> ClientRun {
     };
     cmd.env_remove("LD_LIBRARY_PATH");
     cmd.args(args).current_dir(&peers.clients);
+    cmd
+}
+
+pub fn try_client(script: &str, args: &[&str]) -> ClientRun {
+    let cmd = client_command(script, args);
     let f = run_timeout(cmd, None, CLIENT_TIMEOUT);
     let stdout = String::from_utf8_lossy(&f.output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&f.output.stderr).into_owned();
@@ -967,28 +973,20 @@ pub struct BackgroundClient {
     started: Instant,
 }
 
-/// Starts `tests/clients/<script>` with the venv's Python in the background,
-/// stdout read line by line (see [`BackgroundClient::lines`]). It is killed
+/// Starts client `script` (as [`try_client`] names them: a Python script
+/// of `tests/clients/`, `java:produce`, ...) in the background, stdout
+/// read line by line (see [`BackgroundClient::lines`]). It is killed
 /// when the handle drops, and after [`CLIENT_TIMEOUT`] by
 /// [`BackgroundClient::wait`].
 pub fn spawn_client(script: &str, args: &[&str]) -> BackgroundClient {
     use std::io::BufRead;
     use std::sync::{Arc, Mutex};
-    let peers = peers();
-    let path = peers.clients.join(script);
-    assert!(path.exists(), "no client script {}", path.display());
-    let mut child = Command::new(&peers.python)
-        .env_remove("LD_LIBRARY_PATH")
-        .arg(&path)
-        .args(args)
-        .current_dir(&peers.clients)
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
+    let mut child = client_command(script, args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("spawning {}: {e}", path.display()));
+        .unwrap_or_else(|e| panic!("spawning {script}: {e}"));
     let lines = Arc::new(Mutex::new(Vec::new()));
     let stderr = Arc::new(Mutex::new(String::new()));
     let out_pipe = child.stdout.take().unwrap();

@@ -28,6 +28,7 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use strait_spool::batch::BatchHeader;
 use tokio::time::Instant;
 
 use super::scatter::{by_topic, in_order, land, land_all, Item, Via};
@@ -78,11 +79,13 @@ impl Router {
             produce_error,
         );
         // Idempotent batches carry the cluster's own producer id.
+        let mut sequenced = false;
         for (c, items) in split.upstream.iter_mut() {
             let cluster = self.cluster(c);
             let mut kept = Vec::with_capacity(items.len());
             for mut item in items.drain(..) {
                 if let Some(records) = item.data.take() {
+                    sequenced |= BatchHeader::parse_whole(&records).is_ok_and(|h| h.producer_id >= 0);
                     match self.producers.rewrite(cluster, records).await {
                         Ok(records) => item.data = Some(records),
                         Err(e) => {
@@ -126,7 +129,14 @@ impl Router {
                 })
                 .await
             };
-            let upstream_part = land_all(launched, ATTEMPTS, deadline, &build, &find_produced);
+            // Batches with sequence numbers are never sent again here: a
+            // moved leader's NOT_LEADER_OR_FOLLOWER goes back to the
+            // client, which sends its batches again in their order. (Each
+            // request retrying on its own could reach the new leader out of
+            // order, and the client would take the upstream's
+            // OUT_OF_ORDER_SEQUENCE_NUMBER for a fatal error.)
+            let attempts = if sequenced { 1 } else { ATTEMPTS };
+            let upstream_part = land_all(launched, attempts, deadline, &build, &find_produced);
             let (local_answer, upstream_answers) =
                 futures_util::future::join(local_part, upstream_part).await;
             if acks == 0 {

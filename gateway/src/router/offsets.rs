@@ -30,15 +30,18 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use strait_config::Destination;
-use strait_upstream::{Cluster, UpstreamError};
+use strait_upstream::{Backoff, Cluster, UpstreamError};
+use tokio::time::Instant;
 
 use super::session::Session;
 use super::{coordinator_code, group_id, name, Head, Pending, Place, Router};
 use crate::broker::Reply;
 
-/// How often an upstream commit or offset fetch is sent again after its
-/// coordinator moved.
-const ATTEMPTS: usize = 3;
+/// How long an upstream commit or offset fetch is sent again (with the
+/// upstream client's backoff) while its coordinator moves or loads, as a
+/// Kafka broker that just started or took over a partition of its
+/// offsets topic answers for a few seconds.
+const PATIENCE: Duration = Duration::from_secs(8);
 
 /// One topic's committed offsets as the router passes them around: per
 /// partition (index, offset, leader epoch, metadata, error code).
@@ -337,7 +340,17 @@ impl Router {
         }))
         .await;
         let mut found: BTreeMap<String, Offsets> = local_topics.into_iter().collect();
+        let mut code = local_code;
         for (wanted, answer) in fetched {
+            // A coordinator that moved or is loading is the group's error,
+            // as Kafka answers it: clients ask again (a partition's error
+            // would be final for them).
+            if let Err(e) = &answer {
+                let c = coordinator_code(e);
+                if code == 0 && coordinator_moved(c) {
+                    code = c;
+                }
+            }
             for (client, upstream_name, partitions) in wanted {
                 let offsets = match &answer {
                     Ok(topics) => {
@@ -371,7 +384,7 @@ impl Router {
                 (t.clone(), offsets)
             })
             .collect();
-        (local_code, out)
+        (code, out)
     }
 }
 
@@ -520,15 +533,10 @@ async fn commit_upstream(
     group: &str,
     items: Vec<(String, String, OffsetCommitRequestPartition)>,
 ) -> Vec<((String, i32), i16)> {
-    let mut last = Err(UpstreamError::NoBroker {
-        cluster: cluster.name().to_owned(),
-        reason: "not asked".to_owned(),
-    });
-    for attempt in 0..ATTEMPTS {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(100 * attempt as u64)).await;
-        }
-        last = async {
+    let deadline = Instant::now() + PATIENCE;
+    let mut backoff = Backoff::default();
+    let last = loop {
+        let last = async {
             let connection = cluster.coordinator(group).await?;
             let version = connection.version(ApiKey::OffsetCommit)?;
             let mut topics: Vec<OffsetCommitRequestTopic> = Vec::new();
@@ -564,14 +572,17 @@ async fn commit_upstream(
                 if r.topics
                     .iter()
                     .flat_map(|t| &t.partitions)
-                    .any(|p| coordinator_moved(p.error_code)) =>
-            {
-                cluster.forget_coordinator(group);
-            }
-            Err(e) if e.is_retriable() => cluster.forget_coordinator(group),
-            _ => break,
+                    .any(|p| coordinator_moved(p.error_code)) => {}
+            Err(e) if e.is_retriable() => {}
+            _ => break last,
         }
-    }
+        cluster.forget_coordinator(group);
+        let delay = backoff.next_delay();
+        if Instant::now() + delay > deadline {
+            break last;
+        }
+        tokio::time::sleep(delay).await;
+    };
     items
         .into_iter()
         .map(|(client, upstream_name, p)| {
@@ -604,15 +615,16 @@ async fn fetch_upstream(
     topics: Option<Vec<(String, Vec<i32>)>>,
     require_stable: bool,
 ) -> Result<Vec<(String, Offsets)>, UpstreamError> {
-    let mut attempt = 0;
+    let deadline = Instant::now() + PATIENCE;
+    let mut backoff = Backoff::default();
     loop {
         let answer = fetch_upstream_once(cluster, group, topics.clone(), require_stable).await;
-        attempt += 1;
         let retry = match &answer {
             Ok((code, _)) => coordinator_moved(*code),
             Err(e) => e.is_retriable(),
         };
-        if !retry || attempt == ATTEMPTS {
+        let delay = backoff.next_delay();
+        if !retry || Instant::now() + delay > deadline {
             return answer.and_then(|(code, topics)| {
                 strait_upstream::error::check(
                     cluster.name(),
@@ -623,7 +635,7 @@ async fn fetch_upstream(
             });
         }
         cluster.forget_coordinator(group);
-        tokio::time::sleep(Duration::from_millis(100 * attempt as u64)).await;
+        tokio::time::sleep(delay).await;
     }
 }
 
