@@ -1001,3 +1001,50 @@ fn a_fetch_answers_every_partition_with_its_own_records_in_any_order() {
         ]
     );
 }
+
+/// Topic ids (Metadata v10+): an upstream topic's id reaches clients
+/// mapped by the cluster's name (the same for every Strait with that
+/// config, never the cluster's own, different when one cluster is
+/// configured under two names), beside local topics' own ids.
+#[test]
+fn upstream_topic_ids_reach_clients_without_colliding() {
+    let kafka = support::kafka::Kafka::shared();
+    let upstream = support::unique("ids");
+    kafka.create_topic(&upstream, 1, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("strait.yaml");
+    let b = kafka.bootstrap();
+    std::fs::write(
+        &path,
+        format!(
+            "clusters:\n  east: {{ bootstrap: [\"{b}\"] }}\n  alias: {{ bootstrap: [\"{b}\"] }}\n\
+             routes:\n  - {{ exact: east.t, to: east, as: \"{upstream}\" }}\n\
+             \x20 - {{ exact: alias.t, to: alias, as: \"{upstream}\" }}\n  - {{ regex: \".*\", to: local }}\n"
+        ),
+    )
+    .unwrap();
+    let one = Strait::start(&["--config", path.to_str().unwrap()]);
+    let two = Strait::start(&["--config", path.to_str().unwrap()]);
+    support::create_topic("ck_admin.py", &one.bootstrap(), "local-ids", 1);
+    let id_of = |port: u16, topic: &str| {
+        let md = raw::Conn::open(port, "ids").metadata();
+        md.topics
+            .iter()
+            .find(|t| t.name.as_ref().map(|n| n.as_str()) == Some(topic))
+            .unwrap_or_else(|| panic!("no {topic} in {md:?}"))
+            .topic_id
+    };
+    let theirs = id_of(kafka.port(), &upstream);
+    let east = id_of(one.port(), "east.t");
+    let alias = id_of(one.port(), "alias.t");
+    let local = id_of(one.port(), "local-ids");
+    assert!(!theirs.is_nil() && !east.is_nil() && !alias.is_nil() && !local.is_nil());
+    let distinct: BTreeSet<_> = [theirs, east, alias, local].into_iter().collect();
+    assert_eq!(distinct.len(), 4, "{theirs} {east} {alias} {local}");
+    assert_eq!(
+        id_of(two.port(), "east.t"),
+        east,
+        "another Strait maps the same way"
+    );
+    assert_eq!(id_of(two.port(), "alias.t"), alias);
+}

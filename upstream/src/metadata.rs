@@ -28,6 +28,9 @@ pub struct Metadata {
 /// One topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMetadata {
+    /// The topic's id on the cluster (Metadata v10+); 0 where the cluster
+    /// gives none.
+    pub id: u128,
     /// The topic-level error the cluster reported, if any.
     pub error: Option<ResponseError>,
     /// Kafka's internal topics (`__consumer_offsets`, ...).
@@ -74,6 +77,7 @@ impl Metadata {
                     .collect();
                 partitions.sort_by_key(|p| p.partition);
                 let topic = TopicMetadata {
+                    id: t.topic_id.as_u128(),
                     error: ResponseError::try_from_code(t.error_code),
                     internal: t.is_internal,
                     partitions,

@@ -526,7 +526,7 @@ impl Router {
                         let destination = Destination::Cluster((*c).to_owned());
                         for (name, topic) in &m.topics {
                             if let Some(client) = self.routes.client_name(&destination, name) {
-                                response.topics.push(upstream_topic(&client, topic));
+                                response.topics.push(upstream_topic(&client, c, topic, version));
                             }
                         }
                     }
@@ -550,7 +550,7 @@ impl Router {
                 Place::Nowhere => error_topic(name, ResponseError::UnknownTopicOrPartition),
                 Place::Upstream(c, upstream) => match &loaded[c.as_str()] {
                     Ok(m) => match m.topics.get(upstream) {
-                        Some(topic) => upstream_topic(name, topic),
+                        Some(topic) => upstream_topic(name, c, topic, version),
                         None => error_topic(name, ResponseError::UnknownTopicOrPartition),
                     },
                     Err(e) => {
@@ -595,8 +595,14 @@ async fn auto_create_upstream(
 }
 
 /// A topic of an upstream's metadata as clients see it: under `client`,
-/// every partition led by Strait, no epochs.
-fn upstream_topic(client: &str, topic: &strait_upstream::TopicMetadata) -> MetadataResponseTopic {
+/// with its id as [`client_topic_id`] gives it (Metadata v10+), every
+/// partition led by Strait, no epochs.
+fn upstream_topic(
+    client: &str,
+    cluster: &str,
+    topic: &strait_upstream::TopicMetadata,
+    version: i16,
+) -> MetadataResponseTopic {
     let partitions = topic
         .partitions
         .iter()
@@ -613,11 +619,32 @@ fn upstream_topic(client: &str, topic: &strait_upstream::TopicMetadata) -> Metad
                 .with_isr_nodes(vec![BrokerId(NODE_ID)])
         })
         .collect();
+    let id = if version >= 10 {
+        client_topic_id(cluster, topic.id)
+    } else {
+        uuid::Uuid::nil()
+    };
     MetadataResponseTopic::default()
         .with_error_code(topic.error.map_or(0, |e| e.code()))
         .with_name(Some(TopicName(StrBytes::from_string(client.to_owned()))))
+        .with_topic_id(id)
         .with_is_internal(topic.internal)
         .with_partitions(partitions)
+}
+
+/// The id clients see for a topic whose id on `cluster` is `upstream`: the
+/// cluster's id XORed with a mask of 128 bits hashed from the cluster's
+/// name. Stable across restarts and instances (it depends on nothing
+/// else), different for the same topic reached through two cluster
+/// names, distinct across clusters and from local topics' random ids (a
+/// collision needs two random 128-bit values to meet), and reversible
+/// given the cluster. A cluster that gives no id (0) gives none.
+pub(crate) fn client_topic_id(cluster: &str, upstream: u128) -> uuid::Uuid {
+    if upstream == 0 {
+        return uuid::Uuid::nil();
+    }
+    let mask = twox_hash::XxHash3_128::oneshot(format!("strait topic ids of cluster {cluster}").as_bytes());
+    uuid::Uuid::from_u128(upstream ^ mask)
 }
 
 /// A topic name for a request or response.
@@ -657,4 +684,21 @@ fn producer_id_code(e: &strait_upstream::UpstreamError) -> i16 {
 /// The code a client sees for an upstream failure of a group coordinator.
 fn coordinator_code(e: &strait_upstream::UpstreamError) -> i16 {
     kafka_code(Failure::Coordinator(e)).code()
+}
+
+#[cfg(test)]
+mod topic_id_tests {
+    use super::client_topic_id;
+
+    #[test]
+    fn client_topic_ids_are_stable_per_cluster_and_reversible() {
+        let upstream = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210_u128;
+        let east = client_topic_id("east", upstream);
+        assert_eq!(east, client_topic_id("east", upstream));
+        assert_ne!(east.as_u128(), upstream);
+        assert_ne!(east, client_topic_id("west", upstream));
+        assert!(client_topic_id("east", 0).is_nil());
+        // XOR twice with the same mask gives the cluster's id back.
+        assert_eq!(client_topic_id("east", east.as_u128()).as_u128(), upstream);
+    }
 }
