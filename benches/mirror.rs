@@ -1,82 +1,148 @@
-//! The mirror benchmark: `strait mirror` against the limit of what can be
-//! read from the source, and against a plain librdkafka consume-then-produce
-//! mirror, on the same data in the same run; then the same over an emulated
-//! WAN, and the replication latency at a fixed rate over that WAN.
+//! The mirror benchmark: `strait mirror` against MirrorMaker 2, a plain
+//! librdkafka consume-then-produce mirror and the limit of what can be read
+//! from the source, Apache Kafka to Apache Kafka, on the same data in the
+//! same run: on loopback and over an emulated WAN, with sources written in
+//! small batches (the Java client's defaults) and in large ones; then the
+//! replication latency at a fixed rate over that WAN.
 //!
 //! Run it with `scripts/bench-mirror [DIR]`, which installs the peers,
 //! builds Strait and calls `cargo bench --bench mirror -- WORKDIR`.
 //!
-//! Source and target are both `strait serve` (a fresh data directory each,
-//! under the work directory): Tansu, the other broker of the test peers,
-//! under-reports its watermarks (ListOffsets latest, by which this bench
-//! sees the target complete) and keeps every record in memory.
+//! **Brokers.** Source and target are each a single Apache Kafka 4.1.1 node
+//! (combined broker and controller, KRaft) started here from the jars
+//! `scripts/peers` put in `.peers/kafka/libs`, with `kafka-server-start.sh`'s
+//! JVM settings (1 GB heap, G1) and a fresh directory under the work
+//! directory. Then, unless `MIRROR_BENCH_BROKERS` leaves `strait` out, the
+//! same cases run again between two `strait serve` (MirrorMaker 2 left out
+//! there): the figures this bench printed before Kafka was the reference.
 //!
-//! The data: `MIRROR_BENCH_RECORDS` records of 1 KiB (no key) spread
-//! round-robin over the 16 partitions of topic `mirror-bench` on the
-//! source, produced by librdkafka (the `rdkafka` crate) with lz4, acks=all,
-//! idempotence, linger.ms=5 and `batch.size` `MIRROR_BENCH_BATCH_BYTES`. Each
-//! value is 512 bytes that no codec shrinks and 512 bytes of text that
-//! repeats across records: about 2:1 under lz4, so that what crosses the
-//! WAN is neither the raw size nor next to nothing. MB are 10^6 bytes of
-//! record values; "batch MB" are 10^6 bytes of the compressed record
-//! batches as stored on the source, which is what crosses the wire.
+//! **The data.** `MIRROR_BENCH_RECORDS` records of 1 KiB (no key) spread
+//! round-robin over the 16 partitions of one source topic per batch size,
+//! produced by librdkafka (the `rdkafka` crate) with lz4, acks=all and
+//! idempotence:
 //!
-//! **LAN** (everything on loopback), in this order:
+//! - *small* (`mirror-bench-small`): linger.ms=0 and batch.size
+//!   `MIRROR_BENCH_SMALL_BATCH_BYTES` (16384), the Java producer's classic
+//!   defaults (5 requests in flight, as Java's): about 15 records a batch,
+//!   what most applications write;
+//! - *large* (`mirror-bench-large`): linger.ms=5 and batch.size
+//!   `MIRROR_BENCH_BATCH_BYTES` (1000000, librdkafka's default).
 //!
-//! 1. *Fetch limit*: the whole topic read as fast as Strait's own upstream
-//!    client (`strait-upstream`: `Cluster`, `Connection::request`) reads
-//!    it: one connection, `MIRROR_BENCH_LIMIT_IN_FLIGHT` (default 4) Fetch
-//!    requests in flight, each for its share of the 16 partitions, with the
-//!    mirror's fetch settings (1 MiB per partition, 64 MiB per answer,
-//!    read_committed); only batch headers are read. After one unmeasured
-//!    pass, the topic is read again until a second has passed; the figure
-//!    is per pass. The mirror cannot go faster than this.
-//! 2. *Strait's mirror*: `strait mirror --config FILE` copying the topic to
-//!    the target (default settings), timed from the process start until
-//!    the target's ListOffsets (latest) add up to every record, polled every
-//!    10 ms. CPU seconds of the mirror process from /proc/PID/stat at that
-//!    moment (start-up included).
-//! 3. *librdkafka mirror*: this binary re-run as a child process
-//!    (`child-rdkafka-mirror`): a BaseConsumer assigned all 16 partitions
-//!    from the beginning (no group joined; the mirror's fetch settings:
-//!    fetch.max.bytes 64 MiB, 1 MiB per partition, fetch.wait.max.ms 500,
-//!    queued.max.messages.kbytes 64 MiB like the mirror's
-//!    max_bytes_in_flight, read_committed), each record handed to a
-//!    BaseProducer with the source producer's settings, same partition,
-//!    key, value, headers and CreateTime, into a second target topic
-//!    created beforehand. Timed and measured like Strait's.
+//! Each value is 512 bytes that no codec shrinks and 512 bytes of text that
+//! repeats across records: about 2:1 under lz4, so that what crosses the WAN
+//! is neither the raw size nor next to nothing. MB are 10^6 bytes of record
+//! values; "batch MB" are 10^6 bytes of the compressed record batches as
+//! stored on the source, which is what crosses the link.
+//!
+//! **What runs, per case** (LAN or WAN, small or large batches), in the
+//! order of `MIRROR_BENCH_PEERS` (default `strait,mm2,rdkafka`), rotated by
+//! one from each case to the next (on a busy machine the first run of a
+//! case was seen to cost the target more, whichever mirror it was):
+//!
+//! - *Fetch limit*: the whole topic read as fast as Strait's own upstream
+//!   client (`strait-upstream`: `Cluster`, `Connection::request`) reads it:
+//!   one connection, `MIRROR_BENCH_LIMIT_IN_FLIGHT` (default 4) Fetch
+//!   requests in flight, each for its share of the 16 partitions, with the
+//!   mirror's fetch settings (1 MiB per partition, 64 MiB per answer,
+//!   read_committed); only batch headers are read. After one unmeasured
+//!   pass the topic is read again until a second has passed; the figure is
+//!   per pass. No mirror can go faster.
+//! - *Strait's mirror*: `strait mirror --config FILE` copying the topic to
+//!   the target (default settings).
+//! - *MirrorMaker 2*: `org.apache.kafka.connect.mirror.MirrorMaker` (Kafka
+//!   4.1.1, dedicated mode) with `connect-mirror-maker.sh`'s JVM settings
+//!   (-Xms256M -Xmx2G, G1), `tasks.max` `MIRROR_BENCH_MM2_TASKS` (4),
+//!   heartbeats, checkpoints, offset syncs and config/ACL syncing off (it
+//!   only copies), the source consumer with the mirror's fetch settings and
+//!   the producer re-batching with lz4, linger.ms=5 and batch.size 1000000
+//!   (Connect keeps its one request in flight per task);
+//!   `MIRROR_BENCH_MM2_OPTIONS` adds or overrides properties. The target
+//!   topic is `mm2-CASE.TOPIC` (the source's cluster alias, default
+//!   replication policy).
+//! - *librdkafka mirror*: this binary re-run as a child process
+//!   (`child-rdkafka-mirror`): a BaseConsumer assigned all 16 partitions
+//!   from the beginning (no group joined; the mirror's fetch settings:
+//!   fetch.max.bytes 64 MiB, 1 MiB per partition, fetch.wait.max.ms 500,
+//!   queued.max.messages.kbytes 64 MiB like the mirror's
+//!   max_bytes_in_flight, read_committed), each record handed to a
+//!   BaseProducer (lz4, acks=all, idempotent, linger.ms=5, batch.size
+//!   `MIRROR_BENCH_BATCH_BYTES`, whatever the source's batches) with the
+//!   same partition, key, value, headers and CreateTime, into a target topic
+//!   created beforehand.
+//!
+//! Every mirror writes into a target topic created beforehand (16
+//! partitions, leaders elected), so that none pays for topic creation, and
+//! is timed from its process start until the target's ListOffsets (latest;
+//! polled every 50 ms until the first record, then every 200 ms, more often
+//! as the end nears, down to every 10 ms) add up to every record. CPU seconds come from /proc/PID/stat: the
+//! mirror's process, and the TARGET broker's, read before the start, when
+//! the first record shows on the target, when half of them are there and at
+//! the end. MB/s and CPU seconds per GB are those of the *copy* (from the
+//! first record on the target to the last), which is what a mirror that
+//! runs for months costs; the start-up before the first record
+//! (MirrorMaker 2's JVM and Connect's group take seconds, Strait's tens of
+//! milliseconds) is printed beside, and so is the copy's second half (a
+//! JVM's compilation of its hot paths mostly behind it). Afterwards the
+//! target topic is read once to count the batches the mirror wrote: passed
+//! through, they are the source's; re-batched, the mirror producer's.
+//!
+//! The target broker's figure is made to be the mirror's doing: before
+//! anything is measured the target is warmed up (half the records, at least
+//! 20,000, of each batch size produced into scratch topics, so that its JVM
+//! has compiled the produce path before the first mirror; the group
+//! coordinators created on both brokers); each run starts once both brokers
+//! are quiet (CPU at most 0.1 core above idle over 300 ms, at most 15 s);
+//! the target's CPU is counted until it is quiet again after the last record
+//! (the garbage collection a run leaves behind is that run's), less its
+//! baseline over that time: its idle CPU and, per ListOffsets the bench
+//! sent, what a poll costs it (both measured once after the warm-up; a
+//! Kafka broker spends 1.5 to 4 ms of CPU on each poll that comes alone).
+//! On a shared machine the figures still move by tens of percent from run
+//! to run; compare the ratios of one run.
 //!
 //! **WAN** (skipped, saying so, when network namespaces cannot be made):
-//! the source is restarted on the same data directory inside a network
-//! namespace of its own, behind a veth pair whose two ends are limited by
+//! each source broker is restarted on its data inside a network namespace
+//! (`MIRROR_BENCH_NETNS`) behind a veth pair whose two ends are limited by
 //! `tc qdisc tbf` to `MIRROR_BENCH_WAN_MBIT` (netem is not in this kernel),
 //! and reached from the target's side through the tests' delay relay
 //! (`tests/support/relay.rs`), which adds half of `MIRROR_BENCH_WAN_RTT_MS`
-//! each way. The source listens on the same port inside its namespace as
-//! the relay does outside and advertises `127.0.0.1:PORT`, so clients in
-//! the source's datacenter reach it directly and clients in the target's
-//! (the mirrors, as MirrorMaker deployments run) cross the link. Then:
-//! the fetch over the link (as 1.), the librdkafka mirror over it (as 3.),
-//! Strait's mirror over it (as 2.), which then stays running for the
-//! latency run: a producer in the source's namespace
-//! (`child-rate-producer`) writes `MIRROR_BENCH_LATENCY_RATE` records a
-//! second for `MIRROR_BENCH_LATENCY_SECS` seconds, and a consumer on the
-//! target's side reads the mirrored topic from its end: latency is the
-//! time a record is read there minus its CreateTime. The mirror's own
+//! each way. A source listens on the same port inside the namespace as its
+//! relay does outside and advertises `127.0.0.1:PORT`, so clients in the
+//! source's datacenter reach it directly and clients in the target's (the
+//! mirrors, as MirrorMaker deployments run) cross the link. Kafka runs
+//! there as `ip netns exec NS java ... kafka.Kafka`, its controller on the
+//! namespace's own loopback. The same cases run over the link; then, for
+//! the first pair, a Strait mirror of a fresh topic (its target topic
+//! created beforehand, records only once its 16 partitions run) stays
+//! running for the latency run: a
+//! producer in the source's namespace (`child-rate-producer`) writes
+//! `MIRROR_BENCH_LATENCY_RATE` records a second for
+//! `MIRROR_BENCH_LATENCY_SECS` seconds, and a consumer on the target's side
+//! reads the mirrored topic from its end: latency is the time a record is
+//! read there minus its CreateTime. The mirror's own
 //! `strait_mirror_replication_latency_seconds` histogram is printed beside.
 //!
 //! The bench reports; it fails only on wrong answers (a partition short of
-//! records). Every figure is printed beside the goal the issue set for it.
+//! records). Every figure is printed beside the goal the issue set for it,
+//! as a ratio of two figures of the same run: Strait's mirror at least 3 x
+//! MirrorMaker 2's MB per mirror CPU second, at least its MB/s on loopback
+//! and 1.2 x over the WAN, and a target broker cost per GB no higher than
+//! under MirrorMaker 2; at least 0.8 x the fetch limit on loopback and 0.8 x
+//! the link over the WAN.
 //!
 //! Environment (see `scripts/bench-mirror`): `MIRROR_BENCH_RECORDS`,
-//! `MIRROR_BENCH_BATCH_BYTES`, `MIRROR_BENCH_WAN`, `MIRROR_BENCH_WAN_MBIT`,
+//! `MIRROR_BENCH_BATCHES`, `MIRROR_BENCH_PEERS`, `MIRROR_BENCH_BROKERS`,
+//! `MIRROR_BENCH_BATCH_BYTES`, `MIRROR_BENCH_SMALL_BATCH_BYTES`,
+//! `MIRROR_BENCH_MM2_TASKS`, `MIRROR_BENCH_MM2_OPTIONS`,
+//! `MIRROR_BENCH_KAFKA_HEAP`, `MIRROR_BENCH_WAN`, `MIRROR_BENCH_WAN_MBIT`,
 //! `MIRROR_BENCH_WAN_RTT_MS`, `MIRROR_BENCH_LATENCY_RATE`,
 //! `MIRROR_BENCH_LATENCY_SECS`, `MIRROR_BENCH_LIMIT_IN_FLIGHT`,
-//! `MIRROR_BENCH_CLUSTER_OPTIONS`, `MIRROR_BENCH_NETNS` (the source's
-//! namespace; default `strait-mb-PID`), `STRAIT_BIN`.
+//! `MIRROR_BENCH_POLL_MS`, `MIRROR_BENCH_WARM_BYTES`, `MIRROR_BENCH_CLUSTER_OPTIONS`,
+//! `MIRROR_BENCH_NETNS` (the sources' namespace; default
+//! `strait-mb-PID`), `STRAIT_BIN`.
 
-// The integration tests' harness: free ports, the broker readiness check
-// and the delay relay (the rest of it is unused here).
+// The integration tests' harness: free ports, the broker readiness check,
+// Kafka's classpath and the delay relay (the rest of it is unused here).
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -101,7 +167,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext, ThreadedProducer};
@@ -112,18 +178,21 @@ use support::relay::Relay;
 
 type Res<T> = Result<T, String>;
 
-/// The source topic.
-const TOPIC: &str = "mirror-bench";
-/// Its partitions.
+/// The source topics are `TOPIC_PREFIX-small` and `TOPIC_PREFIX-large`.
+const TOPIC_PREFIX: &str = "mirror-bench";
+/// The latency run's source topic.
+const LATENCY_TOPIC: &str = "mirror-bench-latency";
+/// Partitions of every topic.
 const PARTITIONS: i32 = 16;
 /// Size of every record value.
 const RECORD_BYTES: usize = 1024;
 /// Bytes of each value that no codec shrinks; the rest is repeated text.
 const RANDOM_BYTES: usize = 512;
-/// linger.ms of every librdkafka producer.
-const LINGER_MS: u32 = 5;
+/// linger.ms of the large-batch producers (the source's, the librdkafka
+/// mirror's, the latency run's).
+const LARGE_LINGER_MS: u32 = 5;
 /// The mirror's fetch settings (mirror/src/partition.rs, mirror.rs), which
-/// the fetch limit and the librdkafka mirror use too.
+/// the fetch limit, the librdkafka mirror and MirrorMaker 2 use too.
 const FETCH_PARTITION_BYTES: i32 = 1 << 20;
 const FETCH_MAX_BYTES: i32 = 64 << 20;
 const FETCH_MAX_WAIT_MS: i32 = 500;
@@ -136,10 +205,53 @@ const LIMIT_IN_FLIGHT: u64 = 4;
 const LIMIT_MIN_TIME: Duration = Duration::from_secs(1);
 /// A phase with no progress for this long is given up.
 const STALL: Duration = Duration::from_secs(60);
-/// How long a broker may take to answer ApiVersions after it was spawned.
+/// How long a `strait serve` may take to answer ApiVersions after it was
+/// spawned.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often the target's offsets are polled while a mirror runs.
-const POLL: Duration = Duration::from_millis(10);
+/// How long a Kafka node may take to list itself in its metadata (a JVM
+/// start and log loading, on a busy two-core machine).
+const KAFKA_START_TIMEOUT: Duration = Duration::from_secs(150);
+/// How often the target's offsets are polled while a mirror runs: every
+/// [`POLL_START`] until the first record, then every `MIRROR_BENCH_POLL_MS`
+/// (this by default) at most, and more often as the end nears: a quarter of
+/// the time the copy's rate so far leaves, down to [`POLL_END`]. Each ListOffsets costs a Kafka broker 1.5 to 4 ms of CPU
+/// when they come one at a time, which a poll every 10 ms would make a good
+/// part of what the target spends on a slow mirror.
+const POLL_MS: u64 = 200;
+const POLL_END: Duration = Duration::from_millis(10);
+const POLL_START: Duration = Duration::from_millis(50);
+/// How long [`settle`] waits at most for a broker to go quiet.
+const SETTLE_MAX: Duration = Duration::from_secs(15);
+/// A broker is quiet when it uses at most its idle CPU plus this many
+/// cores over [`SETTLE_WINDOW`].
+const SETTLE_MARGIN: f64 = 0.1;
+const SETTLE_WINDOW: Duration = Duration::from_millis(300);
+/// `kafka-run-class.sh`'s JVM performance options (Kafka 4.1.1), used for
+/// the brokers and MirrorMaker 2 alike.
+const KAFKA_JVM_OPTS: &[&str] = &[
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+];
+/// `connect-mirror-maker.sh`'s heap.
+const MM2_HEAP: &[&str] = &["-Xms256M", "-Xmx2G"];
+/// Quiet logs for Kafka's JVMs: warnings, and the lines that say a broker
+/// or MirrorMaker started.
+const LOG4J2: &str = "\
+rootLogger.level=WARN
+rootLogger.appenderRef.out.ref=OUT
+appender.out.type=Console
+appender.out.name=OUT
+appender.out.layout.type=PatternLayout
+appender.out.layout.pattern=[%d] %p %m (%c)%n
+logger.server.name=kafka.server.KafkaRaftServer
+logger.server.level=INFO
+logger.mm2.name=org.apache.kafka.connect.mirror.MirrorMaker
+logger.mm2.level=INFO
+";
 
 fn main() {
     // `cargo bench` adds `--bench`; our arguments are positional.
@@ -158,17 +270,128 @@ fn main() {
     }
 }
 
+// ---------------------------------------------------------------------------
+// What is compared
+
+/// The brokers of a source-target pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Kafka,
+    Strait,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Kafka => "kafka",
+            Kind::Strait => "strait",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Kind::Kafka => "Apache Kafka 4.1.1 -> Apache Kafka 4.1.1",
+            Kind::Strait => "strait serve -> strait serve",
+        }
+    }
+}
+
+/// How the source's producers batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Batches {
+    Small,
+    Large,
+}
+
+impl Batches {
+    fn name(self) -> &'static str {
+        match self {
+            Batches::Small => "small",
+            Batches::Large => "large",
+        }
+    }
+
+    fn topic(self) -> String {
+        format!("{TOPIC_PREFIX}-{}", self.name())
+    }
+
+    /// The source producers' (linger.ms, batch.size).
+    fn producer(self, knobs: &Knobs) -> (u32, u64) {
+        match self {
+            Batches::Small => (0, knobs.small_batch_bytes),
+            Batches::Large => (LARGE_LINGER_MS, knobs.batch_bytes),
+        }
+    }
+}
+
+/// Where the mirrors run relative to the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Net {
+    Lan,
+    Wan,
+}
+
+impl Net {
+    fn name(self) -> &'static str {
+        match self {
+            Net::Lan => "lan",
+            Net::Wan => "wan",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Net::Lan => "LAN",
+            Net::Wan => "WAN",
+        }
+    }
+}
+
+/// A mirror.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    Strait,
+    Mm2,
+    Rdkafka,
+}
+
+impl Peer {
+    fn title(self) -> &'static str {
+        match self {
+            Peer::Strait => "Strait mirror",
+            Peer::Mm2 => "MirrorMaker 2",
+            Peer::Rdkafka => "librdkafka mirror",
+        }
+    }
+
+    /// Whether it runs between brokers of `kind`.
+    fn runs_on(self, kind: Kind) -> bool {
+        self != Peer::Mm2 || kind == Kind::Kafka
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Knobs
+
 /// What the environment asked for.
 #[derive(Debug, Clone)]
 struct Knobs {
     records: u64,
+    batches: Vec<Batches>,
+    peers: Vec<Peer>,
+    brokers: Vec<Kind>,
     batch_bytes: u64,
+    small_batch_bytes: u64,
+    mm2_tasks: u64,
+    mm2_options: Vec<String>,
+    kafka_heap: String,
     wan: bool,
     wan_mbit: u64,
     wan_rtt_ms: u64,
     latency_rate: u64,
     latency_secs: u64,
     limit_in_flight: usize,
+    poll: Duration,
     warm_bytes: u64,
     cluster_options: String,
     netns: String,
@@ -182,22 +405,86 @@ fn env_u64(name: &str, default: u64) -> Res<u64> {
     }
 }
 
+/// A comma-separated list of names, each mapped by `parse`; `default`
+/// when unset.
+fn env_list<T: Copy + PartialEq>(
+    name: &str,
+    default: &[T],
+    parse: impl Fn(&str) -> Option<T>,
+) -> Res<Vec<T>> {
+    let Ok(v) = std::env::var(name) else {
+        return Ok(default.to_vec());
+    };
+    let mut out = Vec::new();
+    for word in v.split([',', ' ']).map(str::trim).filter(|w| !w.is_empty()) {
+        let item =
+            parse(&word.to_ascii_lowercase()).ok_or_else(|| format!("{name}={v:?}: unknown {word:?}"))?;
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("{name}={v:?}: empty"));
+    }
+    Ok(out)
+}
+
 fn knobs() -> Res<Knobs> {
+    let records = env_u64("MIRROR_BENCH_RECORDS", 200_000)?.max(PARTITIONS as u64);
     Ok(Knobs {
-        records: env_u64("MIRROR_BENCH_RECORDS", 200_000)?.max(PARTITIONS as u64),
+        records,
+        batches: env_list(
+            "MIRROR_BENCH_BATCHES",
+            &[Batches::Small, Batches::Large],
+            |w| match w {
+                "small" => Some(Batches::Small),
+                "large" => Some(Batches::Large),
+                _ => None,
+            },
+        )?,
+        peers: env_list(
+            "MIRROR_BENCH_PEERS",
+            &[Peer::Strait, Peer::Mm2, Peer::Rdkafka],
+            |w| match w {
+                "strait" => Some(Peer::Strait),
+                "mm2" | "mirrormaker" | "mirrormaker2" => Some(Peer::Mm2),
+                "rdkafka" | "librdkafka" => Some(Peer::Rdkafka),
+                _ => None,
+            },
+        )?,
+        brokers: env_list(
+            "MIRROR_BENCH_BROKERS",
+            &[Kind::Kafka, Kind::Strait],
+            |w| match w {
+                "kafka" => Some(Kind::Kafka),
+                "strait" => Some(Kind::Strait),
+                _ => None,
+            },
+        )?,
         batch_bytes: env_u64("MIRROR_BENCH_BATCH_BYTES", 1_000_000)?.max(RECORD_BYTES as u64 + 100),
+        small_batch_bytes: env_u64("MIRROR_BENCH_SMALL_BATCH_BYTES", 16_384)?.max(RECORD_BYTES as u64 + 100),
+        mm2_tasks: env_u64("MIRROR_BENCH_MM2_TASKS", 4)?.clamp(1, PARTITIONS as u64),
+        mm2_options: std::env::var("MIRROR_BENCH_MM2_OPTIONS")
+            .unwrap_or_default()
+            .split([';', '\n'])
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        kafka_heap: std::env::var("MIRROR_BENCH_KAFKA_HEAP").unwrap_or_else(|_| "1G".into()),
         wan: env_u64("MIRROR_BENCH_WAN", 1)? != 0,
         wan_mbit: env_u64("MIRROR_BENCH_WAN_MBIT", 200)?.max(1),
         wan_rtt_ms: env_u64("MIRROR_BENCH_WAN_RTT_MS", 50)?,
         latency_rate: env_u64("MIRROR_BENCH_LATENCY_RATE", 2_000)?.max(1),
-        latency_secs: env_u64("MIRROR_BENCH_LATENCY_SECS", 20)?.max(1),
+        latency_secs: env_u64("MIRROR_BENCH_LATENCY_SECS", 20)?,
         limit_in_flight: env_u64("MIRROR_BENCH_LIMIT_IN_FLIGHT", LIMIT_IN_FLIGHT)?.clamp(1, PARTITIONS as u64)
             as usize,
+        poll: Duration::from_millis(env_u64("MIRROR_BENCH_POLL_MS", POLL_MS)?.max(10)),
         warm_bytes: match std::env::var("MIRROR_BENCH_WARM_BYTES") {
             Ok(_) => env_u64("MIRROR_BENCH_WARM_BYTES", 0)?,
             // Three times the values: more than the target's page cache grows
-            // by in the LAN runs (two copies, about half the values each).
-            Err(_) => 3 * env_u64("MIRROR_BENCH_RECORDS", 200_000)? * RECORD_BYTES as u64,
+            // by in a case (three copies, about half the values each).
+            Err(_) => 3 * records * RECORD_BYTES as u64,
         },
         cluster_options: std::env::var("MIRROR_BENCH_CLUSTER_OPTIONS").unwrap_or_default(),
         netns: std::env::var("MIRROR_BENCH_NETNS")
@@ -205,6 +492,37 @@ fn knobs() -> Res<Knobs> {
         strait_bin: std::env::var_os("STRAIT_BIN")
             .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_strait")), PathBuf::from),
     })
+}
+
+/// What every measurement needs.
+struct Ctx {
+    knobs: Knobs,
+    work: PathBuf,
+    clk: f64,
+}
+
+// ---------------------------------------------------------------------------
+// The run
+
+/// A source and a target broker, and the source's topics.
+struct Pair {
+    kind: Kind,
+    /// `None` while it moves behind the link.
+    source: Option<Broker>,
+    target: Broker,
+    /// Per batch size: the source topic's end offsets.
+    topics: Vec<(Batches, Vec<i64>)>,
+}
+
+/// One case's results: the fetch limit and every mirror.
+struct CaseResult {
+    kind: Kind,
+    net: Net,
+    batches: Batches,
+    limit: Res<Run>,
+    /// (records, batches, bytes) of the source topic, from the limit.
+    source_tally: Option<Tally>,
+    mirrors: Vec<(Peer, Res<Run>)>,
 }
 
 fn bench(dir: Option<PathBuf>) -> Res<()> {
@@ -217,115 +535,420 @@ fn bench(dir: Option<PathBuf>) -> Res<()> {
             .join(format!("run.{}", std::process::id())),
     };
     fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
-    let clk = clock_ticks();
-    print_facts(&knobs, &work);
+    fs::write(work.join("log4j2.properties"), LOG4J2)
+        .map_err(|e| format!("writing log4j2.properties: {e}"))?;
+    let ctx = Ctx {
+        clk: clock_ticks(),
+        knobs,
+        work,
+    };
+    print_facts(&ctx);
     let started = Instant::now();
 
-    let source_data = work.join("source-data");
-    let mut source = Broker::start(&knobs, "source", &source_data, None, &work)?;
-    let target = Broker::start(&knobs, "target", &work.join("target-data"), None, &work)?;
-
-    // The data.
-    create_topic(&source.bootstrap(), TOPIC, PARTITIONS)?;
-    let produced = fill_source(&source.bootstrap(), knobs.records, knobs.batch_bytes)?;
-    let ends = latest_offsets(&source.bootstrap(), TOPIC)?.ok_or("the source topic vanished")?;
-    if ends.iter().sum::<i64>() != knobs.records as i64 {
-        return Err(format!(
-            "the source holds {} records after {} were produced (per partition {ends:?})",
-            ends.iter().sum::<i64>(),
-            knobs.records
-        ));
+    // The brokers and the data.
+    let mut pairs = Vec::new();
+    for &kind in &ctx.knobs.brokers {
+        pairs.push(start_pair(&ctx, kind)?);
     }
-    println!(
-        "source filled: {} records in {:.1} s ({:.0} MB/s from librdkafka, lz4)",
-        knobs.records,
-        produced,
-        mb(knobs.records) / produced
-    );
-
-    if knobs.warm_bytes > 0 {
-        warm_memory(&work, knobs.warm_bytes)?;
+    if ctx.knobs.warm_bytes > 0 {
+        warm_memory(&ctx.work, ctx.knobs.warm_bytes)?;
     }
 
-    let mut report = Report::default();
-
-    // LAN 1: the fetch limit.
-    let limit = measure_fetch(&knobs, &source.bootstrap(), &ends, clk, "LAN fetch limit");
-    print_run("LAN fetch limit (strait-upstream)", &limit);
-    let batch_bytes = limit.as_ref().ok().and_then(|r| r.batch_bytes);
-    if let Some(b) = batch_bytes {
-        println!(
-            "  source batches: {:.1} MB for {:.1} MB of values (lz4 {:.2}:1)",
-            b as f64 / 1e6,
-            mb(knobs.records),
-            mb(knobs.records) * 1e6 / b as f64
-        );
+    let mut results: Vec<CaseResult> = Vec::new();
+    for pair in &pairs {
+        let source = pair.source.as_ref().expect("the source runs");
+        for (batches, ends) in &pair.topics {
+            results.push(run_case(
+                &ctx,
+                pair.kind,
+                Net::Lan,
+                *batches,
+                source,
+                &pair.target,
+                ends,
+            ));
+        }
     }
-    report.lan_limit = limit;
-
-    // LAN 2 and 3: the two mirrors.
-    let lan = Route {
-        name: "lan",
-        source: source.bootstrap(),
-        target: target.bootstrap(),
-    };
-    let strait_lan = run_strait_mirror(&knobs, &work, &lan, &ends, &[&source, &target], clk, false);
-    report.lan_strait = strait_lan.map(|(r, _)| r.with_batch_bytes(batch_bytes));
-    print_run("LAN Strait mirror", &report.lan_strait);
-    report.lan_rdkafka = run_rdkafka_mirror(&knobs, &work, &lan, &ends, &[&source, &target], clk)
-        .map(|r| r.with_batch_bytes(batch_bytes));
-    print_run("LAN librdkafka mirror", &report.lan_rdkafka);
 
     // The WAN.
-    if !knobs.wan {
-        report.wan_skipped = Some("MIRROR_BENCH_WAN=0".into());
+    let mut wan_skipped = None;
+    let mut latency: Res<Latency> = Err("not run".into());
+    if !ctx.knobs.wan {
+        wan_skipped = Some("MIRROR_BENCH_WAN=0".to_owned());
     } else {
-        match Wan::setup(&knobs, &work) {
+        match Wan::setup(&ctx.knobs) {
             Err(e) => {
                 println!("WAN part skipped: {e}");
-                report.wan_skipped = Some(e);
+                wan_skipped = Some(e);
             }
             Ok(mut wan) => {
-                // The source moves behind the link, on the same data.
-                if let Err(e) = source.stop() {
-                    println!("  note: source shutdown: {e}");
-                }
-                drop(source);
-                match wan.start_source(&knobs, &source_data, &work) {
-                    Err(e) => {
-                        println!("WAN part failed: {e}");
-                        report.wan_skipped = Some(format!("the source did not start behind the link: {e}"));
+                println!(
+                    "\nWAN: sources in namespace {} behind {} Mbit/s each way and {} ms round trip",
+                    wan.ns, ctx.knobs.wan_mbit, ctx.knobs.wan_rtt_ms
+                );
+                for (i, pair) in pairs.iter_mut().enumerate() {
+                    // The source moves behind the link, on the same data.
+                    let Some(mut source) = pair.source.take() else {
+                        continue;
+                    };
+                    if let Err(e) = source.stop() {
+                        println!("  note: {} source shutdown: {e}", pair.kind.name());
                     }
-                    Ok(wan_source) => {
-                        run_wan(
-                            &knobs,
-                            &work,
-                            &wan,
-                            &wan_source,
-                            &target,
-                            &ends,
-                            batch_bytes,
-                            clk,
-                            &mut report,
-                        );
+                    let port = wan.expose(&ctx.knobs);
+                    let moved = match pair.kind {
+                        Kind::Kafka => source.restart_kafka(&ctx, Some((&wan.ns, port))),
+                        Kind::Strait => Broker::start_strait(
+                            &ctx,
+                            &format!("{}-source-wan", pair.kind.name()),
+                            &source.dir,
+                            Some((&wan.ns, port)),
+                        ),
+                    };
+                    drop(source);
+                    let source = match moved {
+                        Ok(s) => s,
+                        Err(e) => {
+                            println!(
+                                "WAN {}: the source did not start behind the link: {e}",
+                                pair.kind.name()
+                            );
+                            for (batches, _) in &pair.topics {
+                                results.push(CaseResult {
+                                    kind: pair.kind,
+                                    net: Net::Wan,
+                                    batches: *batches,
+                                    limit: Err(format!("the source did not start behind the link: {e}")),
+                                    source_tally: None,
+                                    mirrors: Vec::new(),
+                                });
+                            }
+                            continue;
+                        }
+                    };
+                    println!(
+                        "WAN {}: source behind the link at 127.0.0.1:{port}",
+                        pair.kind.title()
+                    );
+                    for (batches, ends) in &pair.topics {
+                        results.push(run_case(
+                            &ctx,
+                            pair.kind,
+                            Net::Wan,
+                            *batches,
+                            &source,
+                            &pair.target,
+                            ends,
+                        ));
+                    }
+                    if i == 0 && ctx.knobs.latency_secs > 0 {
+                        latency = latency_run(&ctx, &wan, port, &source, &pair.target);
+                        match &latency {
+                            Ok(l) => println!(
+                                "WAN replication latency: {} records, p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; \
+                                 mirror histogram p50 <= {}, p99 <= {}\n  {}",
+                                l.records,
+                                l.p50,
+                                l.p99,
+                                l.max,
+                                bound(l.hist_p50),
+                                bound(l.hist_p99),
+                                l.detail
+                            ),
+                            Err(e) => println!("WAN replication latency: n/a: {e}"),
+                        }
+                    }
+                    pair.source = Some(source);
+                    // Idle behind the link from now on: stopped, so that it
+                    // takes no CPU from the next pair's runs.
+                    if let Some(s) = pair.source.as_mut() {
+                        let _ = s.stop();
                     }
                 }
                 wan.teardown();
             }
         }
     }
+    if ctx.knobs.latency_secs == 0 {
+        latency = Err("MIRROR_BENCH_LATENCY_SECS=0".into());
+    }
 
     println!();
-    report.print(&knobs);
+    print_report(&ctx.knobs, &results, wan_skipped.as_deref(), &latency);
     println!();
     println!(
         "total bench time {:.0} s; load average now {}; logs under {}",
         started.elapsed().as_secs_f64(),
         loadavg(),
-        work.display()
+        ctx.work.display()
     );
-    print_log_summary(&work);
+    for pair in &mut pairs {
+        if let Some(s) = pair.source.as_mut() {
+            let _ = s.stop();
+        }
+        let _ = pair.target.stop();
+    }
+    print_log_summary(&ctx.work);
     Ok(())
+}
+
+/// Starts a pair's brokers and fills its source topics.
+fn start_pair(ctx: &Ctx, kind: Kind) -> Res<Pair> {
+    let (source, target) = match kind {
+        Kind::Kafka => (
+            Broker::start_kafka(
+                ctx,
+                "kafka-source",
+                &ctx.work.join("kafka-source"),
+                "bWlycm9yLWJlbmNoLXNyYw",
+            )?,
+            Broker::start_kafka(
+                ctx,
+                "kafka-target",
+                &ctx.work.join("kafka-target"),
+                "bWlycm9yLWJlbmNoLWRzdA",
+            )?,
+        ),
+        Kind::Strait => (
+            Broker::start_strait(ctx, "strait-source", &ctx.work.join("strait-source-data"), None)?,
+            Broker::start_strait(ctx, "strait-target", &ctx.work.join("strait-target-data"), None)?,
+        ),
+    };
+    println!(
+        "{}: source {} (pid {}), target {} (pid {})",
+        kind.title(),
+        source.bootstrap(),
+        source.proc.pid(),
+        target.bootstrap(),
+        target.proc.pid()
+    );
+    let mut topics = Vec::new();
+    for &batches in &ctx.knobs.batches {
+        let topic = batches.topic();
+        create_topic(&source.bootstrap(), &topic, PARTITIONS)?;
+        let (linger, batch_bytes) = batches.producer(&ctx.knobs);
+        let secs = fill_source(
+            &source.bootstrap(),
+            &topic,
+            ctx.knobs.records,
+            linger,
+            batch_bytes,
+        )?;
+        let ends = wait_offsets(&source.bootstrap(), &topic)?;
+        if ends.iter().sum::<i64>() != ctx.knobs.records as i64 {
+            return Err(format!(
+                "{topic} holds {} records after {} were produced (per partition {ends:?})",
+                ends.iter().sum::<i64>(),
+                ctx.knobs.records
+            ));
+        }
+        println!(
+            "  {topic} filled: {} records in {:.1} s ({:.0} MB/s from librdkafka, lz4, linger.ms={linger}, \
+             batch.size={batch_bytes})",
+            ctx.knobs.records,
+            secs,
+            mb(ctx.knobs.records) / secs
+        );
+        topics.push((batches, ends));
+    }
+    let mut pair = Pair {
+        kind,
+        source: Some(source),
+        target,
+        topics,
+    };
+    warm_up(ctx, &mut pair)?;
+    Ok(pair)
+}
+
+/// Unmeasured work before anything is measured, so that no mirror pays for
+/// a cold broker: the target's JVM compiles its produce path (half the
+/// records, at least 20,000, of each batch size written into a scratch
+/// topic, as the sources were), both brokers create their group
+/// coordinator's topic (an offset commit; the mirrors commit to the source,
+/// MirrorMaker 2's Connect group lives on the target), and the target's
+/// [`Baseline`] is taken once it is quiet.
+fn warm_up(ctx: &Ctx, pair: &mut Pair) -> Res<()> {
+    let started = Instant::now();
+    let target = pair.target.bootstrap();
+    let source = pair.source.as_ref().expect("the source runs").bootstrap();
+    let records = (ctx.knobs.records / 2).max(20_000);
+    let mut scratch = String::new();
+    for &batches in &ctx.knobs.batches {
+        scratch = format!("{TOPIC_PREFIX}-warmup-{}", batches.name());
+        create_topic(&target, &scratch, PARTITIONS)?;
+        let (linger, batch_bytes) = batches.producer(&ctx.knobs);
+        fill_source(&target, &scratch, records, linger, batch_bytes)?;
+    }
+    commit_offset(&source, &ctx.knobs.batches[0].topic())?;
+    commit_offset(&target, &scratch)?;
+    settle(ctx, &pair.target);
+    pair.target.baseline = measure_baseline(ctx, &pair.target, &scratch);
+    println!(
+        "  target warmed up in {:.1} s ({records} records of each batch size into {TOPIC_PREFIX}-warmup-*, \
+         group coordinators ready); its baseline: {:.3} cores idle, {:.2} ms of CPU per offset poll",
+        started.elapsed().as_secs_f64(),
+        pair.target.baseline.idle,
+        pair.target.baseline.per_poll * 1e3
+    );
+    Ok(())
+}
+
+/// Commits offset 0 of partition 0 of `topic` for group
+/// `mirror-bench-warmup` (retrying while the coordinator loads).
+fn commit_offset(bootstrap: &str, topic: &str) -> Res<()> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("client.id", "mirror-bench-warmup")
+        .set("group.id", "mirror-bench-warmup")
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| format!("consumer: {e}"))?;
+    let mut offsets = TopicPartitionList::new();
+    offsets
+        .add_partition_offset(topic, 0, Offset::Offset(0))
+        .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match consumer.commit(&offsets, CommitMode::Sync) {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() > deadline => return Err(format!("commit on {bootstrap}: {e}")),
+            Err(_) => thread::sleep(Duration::from_millis(500)),
+        }
+    }
+}
+
+/// The broker's CPU rate for 3 s idle, then its CPU per offset poll of
+/// `topic` over 4 s of polls every 20 ms (after 2 s of them unmeasured: the
+/// JVM compiles that path first).
+fn measure_baseline(ctx: &Ctx, broker: &Broker, topic: &str) -> Baseline {
+    // (CPU seconds, seconds, steps) over `span`.
+    let run = |span: Duration, step: &mut dyn FnMut()| -> (f64, f64, u64) {
+        let before = broker.cpu(ctx.clk);
+        let started = Instant::now();
+        let mut steps = 0;
+        while started.elapsed() < span {
+            step();
+            steps += 1;
+        }
+        let cpu = minus(broker.cpu(ctx.clk), before).unwrap_or(0.0);
+        (cpu, started.elapsed().as_secs_f64(), steps)
+    };
+    let (cpu, secs, _) = run(Duration::from_secs(3), &mut || {
+        thread::sleep(Duration::from_millis(20))
+    });
+    let idle = cpu / secs;
+    let mut watch = OffsetWatch::new(&broker.bootstrap(), topic);
+    let mut poll = || {
+        let _ = watch.latest();
+        thread::sleep(Duration::from_millis(20));
+    };
+    run(Duration::from_secs(2), &mut poll);
+    let (cpu, secs, polls) = run(Duration::from_secs(4), &mut poll);
+    Baseline {
+        idle,
+        per_poll: ((cpu - idle * secs) / polls.max(1) as f64).max(0.0),
+    }
+}
+
+/// Waits, at most [`SETTLE_MAX`], until `broker` is quiet: no more than its
+/// idle CPU plus [`SETTLE_MARGIN`] cores over [`SETTLE_WINDOW`] (garbage
+/// collection and compilation a run left behind, a mirror's shutdown).
+/// Returns when, and its CPU seconds then.
+fn settle(ctx: &Ctx, broker: &Broker) -> (Instant, Option<f64>) {
+    let deadline = Instant::now() + SETTLE_MAX;
+    let mut last = (Instant::now(), broker.cpu(ctx.clk));
+    loop {
+        thread::sleep(SETTLE_WINDOW);
+        let now = (Instant::now(), broker.cpu(ctx.clk));
+        let (Some(a), Some(b)) = (last.1, now.1) else {
+            return now;
+        };
+        let rate = (b - a) / now.0.duration_since(last.0).as_secs_f64();
+        if rate <= broker.baseline.idle + SETTLE_MARGIN || Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// The fetch limit and every mirror of one case.
+fn run_case(
+    ctx: &Ctx,
+    kind: Kind,
+    net: Net,
+    batches: Batches,
+    source: &Broker,
+    target: &Broker,
+    ends: &[i64],
+) -> CaseResult {
+    let topic = batches.topic();
+    println!(
+        "\n== {} {}, {} batches ({topic})",
+        kind.title(),
+        net.title(),
+        batches.name()
+    );
+    let (limit, tally) = match measure_fetch(ctx, &source.bootstrap(), &topic, ends) {
+        Ok((run, tally)) => (Ok(run), Some(tally)),
+        Err(e) => (Err(e), None),
+    };
+    print_run("fetch limit (strait-upstream)", &limit);
+    if let Some(t) = &tally {
+        println!(
+            "  source batches: {} of {:.1} records, {:.0} B each on average ({:.1} MB for {:.1} MB of values, \
+             lz4 {:.2}:1)",
+            t.batches,
+            t.records as f64 / t.batches.max(1) as f64,
+            t.bytes as f64 / t.batches.max(1) as f64,
+            t.bytes as f64 / 1e6,
+            mb(t.records),
+            mb(t.records) * 1e6 / t.bytes.max(1) as f64
+        );
+    }
+    let case = Case {
+        kind,
+        net,
+        batches,
+        source,
+        target,
+        ends,
+        batch_bytes: tally.as_ref().map(|t| t.bytes),
+    };
+    // The order rotates from case to case: on a busy machine the first run
+    // of a case was seen to cost the target more, whichever mirror it was.
+    let mut peers: Vec<Peer> = ctx
+        .knobs
+        .peers
+        .iter()
+        .copied()
+        .filter(|p| p.runs_on(kind))
+        .collect();
+    let case_index = match net {
+        Net::Lan => 0,
+        Net::Wan => ctx.knobs.batches.len(),
+    } + ctx.knobs.batches.iter().position(|b| *b == batches).unwrap_or(0);
+    if !peers.is_empty() {
+        let n = case_index % peers.len();
+        peers.rotate_left(n);
+    }
+    let mut mirrors = Vec::new();
+    for peer in peers {
+        let run = match peer {
+            Peer::Strait => run_strait_mirror(ctx, &case),
+            Peer::Mm2 => run_mm2(ctx, &case),
+            Peer::Rdkafka => run_rdkafka_mirror(ctx, &case),
+        };
+        print_run(peer.title(), &run);
+        mirrors.push((peer, run));
+    }
+    CaseResult {
+        kind,
+        net,
+        batches,
+        limit,
+        source_tally: tally,
+        mirrors,
+    }
 }
 
 /// Touches `bytes` of memory before anything is measured: writes a scratch
@@ -343,7 +966,6 @@ fn bench(dir: Option<PathBuf>) -> Res<()> {
 /// mirrors. A machine that has been up a while has its memory backed
 /// already. MIRROR_BENCH_WARM_BYTES=0 skips it.
 fn warm_memory(work: &Path, bytes: u64) -> Res<()> {
-    use std::io::Write;
     let path = work.join("warm-memory.scratch");
     let chunk = vec![0x5au8; 1 << 20];
     let mut rates = Vec::new();
@@ -389,7 +1011,8 @@ fn loadavg() -> String {
     )
 }
 
-fn print_facts(knobs: &Knobs, work: &Path) {
+fn print_facts(ctx: &Ctx) {
+    let knobs = &ctx.knobs;
     let nproc = thread::available_parallelism().map_or(0, |n| n.get());
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
@@ -400,17 +1023,32 @@ fn print_facts(knobs: &Knobs, work: &Path) {
         })
         .unwrap_or_else(|| "?".into());
     let (_, librdkafka) = rdkafka::util::get_rdkafka_version();
-    println!("mirror benchmark: strait mirror vs the source's fetch limit and a librdkafka mirror");
+    let names = |v: Vec<&str>| v.join(", ");
+    println!(
+        "mirror benchmark: {} vs the source's fetch limit",
+        names(knobs.peers.iter().map(|p| p.title()).collect())
+    );
     println!("  machine: nproc {nproc}, {model}, load average {}", loadavg());
     println!(
-        "  brokers: source and target are `{} serve`, fresh data directories under {}",
-        knobs.strait_bin.display(),
-        work.display()
+        "  brokers: {} (fresh directories under {}); Kafka {} heap, MirrorMaker 2 {}",
+        names(knobs.brokers.iter().map(|k| k.title()).collect()),
+        ctx.work.display(),
+        knobs.kafka_heap,
+        MM2_HEAP.join(" ")
     );
+    let batches: Vec<String> = knobs
+        .batches
+        .iter()
+        .map(|b| {
+            let (linger, size) = b.producer(knobs);
+            format!("{} (linger.ms={linger}, batch.size={size})", b.name())
+        })
+        .collect();
     println!(
         "  data:    {} records x {RECORD_BYTES} B (no key; {RANDOM_BYTES} B random + text) over {PARTITIONS} \
-         partitions, librdkafka {librdkafka}, lz4, acks=all, idempotent, linger.ms={LINGER_MS}, batch.size={}",
-        knobs.records, knobs.batch_bytes
+         partitions, librdkafka {librdkafka}, lz4, acks=all, idempotent; source batches {}",
+        knobs.records,
+        batches.join(", ")
     );
     println!(
         "  fetch:   {} MiB per partition, {} MiB per answer, max wait {FETCH_MAX_WAIT_MS} ms, read_committed \
@@ -418,6 +1056,15 @@ fn print_facts(knobs: &Knobs, work: &Path) {
         FETCH_PARTITION_BYTES >> 20,
         FETCH_MAX_BYTES >> 20,
         knobs.limit_in_flight
+    );
+    println!(
+        "  MM2:     tasks.max={}, producer lz4, linger.ms=5, batch.size=1000000{}",
+        knobs.mm2_tasks,
+        if knobs.mm2_options.is_empty() {
+            String::new()
+        } else {
+            format!("; plus {}", knobs.mm2_options.join("; "))
+        }
     );
     if knobs.wan {
         println!(
@@ -427,9 +1074,12 @@ fn print_facts(knobs: &Knobs, work: &Path) {
         );
     }
     if !knobs.cluster_options.is_empty() {
-        println!("  mirror clusters get: {}", knobs.cluster_options);
+        println!("  Strait mirror clusters get: {}", knobs.cluster_options);
     }
-    println!("  MB = 10^6 B of record values; batch MB = 10^6 B of record batches as stored (lz4)");
+    println!(
+        "  MB = 10^6 B of record values; batch MB = 10^6 B of record batches as stored (lz4); rates and CPU \
+         per GB of the copy (first record on the target to last), start-up apart"
+    );
     println!();
 }
 
@@ -445,7 +1095,10 @@ struct Proc {
 }
 
 impl Proc {
-    fn spawn(mut cmd: Command, what: &str, log: PathBuf) -> Res<Proc> {
+    /// Spawns `cmd`, its output appended to `log`. With `marker` (a string
+    /// of its command line), a watchdog kills it should this bench die
+    /// without dropping it.
+    fn spawn(mut cmd: Command, what: &str, log: PathBuf, marker: Option<&Path>) -> Res<Proc> {
         let out = File::options()
             .create(true)
             .append(true)
@@ -457,6 +1110,9 @@ impl Proc {
             .stderr(err)
             .spawn()
             .map_err(|e| format!("spawning {what} ({:?}): {e}", cmd.get_program()))?;
+        if let Some(marker) = marker {
+            reap_after_us(child.id(), marker);
+        }
         Ok(Proc {
             child,
             what: what.to_owned(),
@@ -470,8 +1126,7 @@ impl Proc {
 
     /// User + system CPU seconds so far.
     fn cpu(&self, clk: f64) -> Option<f64> {
-        let stat = fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
-        Some(cpu_ticks_of(&stat)? as f64 / clk)
+        pid_cpu(self.pid(), clk)
     }
 
     fn exited(&mut self) -> Option<String> {
@@ -482,9 +1137,8 @@ impl Proc {
         }
     }
 
-    /// SIGTERM, then SIGKILL after 20 s.
-    /// Returns how long the exit took.
-    fn stop(&mut self) -> Res<Duration> {
+    /// SIGTERM, then SIGKILL after `grace`. Returns how long the exit took.
+    fn stop_within(&mut self, grace: Duration) -> Res<Duration> {
         let started = Instant::now();
         if self.exited().is_some() {
             return Ok(Duration::ZERO);
@@ -492,7 +1146,7 @@ impl Proc {
         let _ = Command::new("kill")
             .args(["-TERM", &self.pid().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
             if self.exited().is_some() {
                 return Ok(started.elapsed());
@@ -502,9 +1156,14 @@ impl Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
         Err(format!(
-            "{} did not exit within 20 s of SIGTERM (killed)",
-            self.what
+            "{} did not exit within {} s of SIGTERM (killed)",
+            self.what,
+            grace.as_secs()
         ))
+    }
+
+    fn stop(&mut self) -> Res<Duration> {
+        self.stop_within(Duration::from_secs(20))
     }
 
     /// "(NAME exited: STATUS; last log lines ...)" when it is gone.
@@ -527,6 +1186,30 @@ impl Drop for Proc {
     }
 }
 
+/// Kills `pid` once this bench has exited, if it is still running and its
+/// command line still names `marker` (a path under the work directory):
+/// the JVMs and brokers must not outlive an interrupted bench.
+fn reap_after_us(pid: u32, marker: &Path) {
+    let me = std::process::id();
+    let script = format!(
+        "while kill -0 {me} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+         kill -0 {me} 2>/dev/null || {{ tr '\\0' ' ' < /proc/{pid}/cmdline 2>/dev/null | grep -qF '{}' && kill -9 {pid}; }}",
+        marker.display()
+    );
+    let _ = Command::new("setsid")
+        .args(["sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+}
+
+/// User + system CPU seconds of process `pid` so far.
+fn pid_cpu(pid: u32, clk: f64) -> Option<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(cpu_ticks_of(&stat)? as f64 / clk)
+}
+
 /// Field 14 (utime) + 15 (stime) of a /proc/PID/stat line.
 fn cpu_ticks_of(stat: &str) -> Option<u64> {
     // The command name (field 2) may hold spaces; it ends at the last ')'.
@@ -539,6 +1222,10 @@ fn cpu_ticks_of(stat: &str) -> Option<u64> {
 
 fn own_cpu(clk: f64) -> Option<f64> {
     Some(cpu_ticks_of(&fs::read_to_string("/proc/self/stat").ok()?)? as f64 / clk)
+}
+
+fn minus(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    Some(a? - b?)
 }
 
 /// The last `n` lines of a log, and its WARN/ERROR lines, for a message.
@@ -560,20 +1247,44 @@ fn log_tail(log: &Path, n: usize) -> String {
     s
 }
 
-/// A `strait serve`, killed on drop.
+/// A broker (`strait serve` or a Kafka node), killed on drop.
 #[derive(Debug)]
 struct Broker {
+    kind: Kind,
+    name: String,
     proc: Proc,
     /// Where clients connect (on this side of the WAN).
     addr: SocketAddr,
+    /// `strait serve`: its data directory. Kafka: the node's directory
+    /// (properties, `data/`).
+    dir: PathBuf,
+    /// Kafka: the controller listener's port, kept across restarts.
+    controller_port: u16,
+    /// What it spends when no mirror runs (see [`measure_baseline`]).
+    baseline: Baseline,
+}
+
+/// A broker's CPU use when no mirror runs: cores when idle, and CPU
+/// seconds per offset poll of the bench.
+#[derive(Debug, Clone, Copy, Default)]
+struct Baseline {
+    idle: f64,
+    per_poll: f64,
+}
+
+impl Baseline {
+    /// What the broker spends in `secs` seconds with `polls` offset polls.
+    fn over(&self, secs: f64, polls: u64) -> f64 {
+        self.idle * secs + self.per_poll * polls as f64
+    }
 }
 
 impl Broker {
     /// `strait serve` on a free loopback port, or (with `netns`) on
     /// `0.0.0.0:port` inside that namespace, advertising `127.0.0.1:port`.
-    fn start(knobs: &Knobs, name: &str, data: &Path, netns: Option<(&str, u16)>, work: &Path) -> Res<Broker> {
+    fn start_strait(ctx: &Ctx, name: &str, data: &Path, netns: Option<(&str, u16)>) -> Res<Broker> {
         fs::create_dir_all(data).map_err(|e| format!("creating {}: {e}", data.display()))?;
-        let log = work.join(format!("{name}.log"));
+        let log = ctx.work.join(format!("{name}.log"));
         let mut last = String::new();
         // A port found free can be taken before the broker binds it: retry.
         for _ in 0..3 {
@@ -581,7 +1292,7 @@ impl Broker {
                 Some((ns, port)) => {
                     let mut c = Command::new("ip");
                     c.args(["netns", "exec", ns])
-                        .arg(&knobs.strait_bin)
+                        .arg(&ctx.knobs.strait_bin)
                         .arg("serve")
                         .args([
                             "--listen",
@@ -593,19 +1304,29 @@ impl Broker {
                 }
                 None => {
                     let port = support::free_port();
-                    let mut c = Command::new(&knobs.strait_bin);
+                    let mut c = Command::new(&ctx.knobs.strait_bin);
                     c.arg("serve").args(["--listen", &format!("127.0.0.1:{port}")]);
                     (c, port)
                 }
             };
             cmd.arg("--data-dir")
                 .arg(data)
-                .current_dir(work)
+                .current_dir(&ctx.work)
                 .stdin(Stdio::null());
-            let mut proc = Proc::spawn(cmd, name, log.clone())?;
+            let mut proc = Proc::spawn(cmd, name, log.clone(), Some(data))?;
             let addr: SocketAddr = ([127, 0, 0, 1], port).into();
             match wait_ready(&mut proc, addr) {
-                Ok(()) => return Ok(Broker { proc, addr }),
+                Ok(()) => {
+                    return Ok(Broker {
+                        kind: Kind::Strait,
+                        name: name.to_owned(),
+                        proc,
+                        addr,
+                        dir: data.to_owned(),
+                        controller_port: 0,
+                        baseline: Baseline::default(),
+                    })
+                }
                 Err(e) => last = e,
             }
             if netns.is_some() {
@@ -615,13 +1336,165 @@ impl Broker {
         Err(format!("{name} did not start: {last}"))
     }
 
+    /// A single Kafka node (broker and controller) in a fresh `dir`, on
+    /// free loopback ports.
+    fn start_kafka(ctx: &Ctx, name: &str, dir: &Path, cluster_id: &str) -> Res<Broker> {
+        fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let mut last = String::new();
+        // Ports found free can be taken before the JVM binds them: retry.
+        for attempt in 0..3 {
+            let port = support::free_port();
+            let controller_port = support::free_port();
+            let properties = write_kafka_properties(dir, port, controller_port, false)?;
+            if attempt == 0 {
+                format_kafka(ctx, dir, &properties, cluster_id)?;
+            }
+            match spawn_kafka(ctx, name, dir, &properties, port, controller_port, None) {
+                Ok(b) => return Ok(b),
+                Err(e) => last = e,
+            }
+        }
+        Err(format!("{name} did not start: {last}"))
+    }
+
+    /// Stops nothing: starts this Kafka node's directory again, inside
+    /// `netns` on `0.0.0.0:port` (advertising `127.0.0.1:port`) or on a
+    /// free loopback port. The caller stopped this one first.
+    fn restart_kafka(&self, ctx: &Ctx, netns: Option<(&str, u16)>) -> Res<Broker> {
+        let port = netns.map_or_else(support::free_port, |(_, p)| p);
+        let properties = write_kafka_properties(&self.dir, port, self.controller_port, netns.is_some())?;
+        let name = format!("{}-wan", self.name);
+        spawn_kafka(
+            ctx,
+            &name,
+            &self.dir,
+            &properties,
+            port,
+            self.controller_port,
+            netns,
+        )
+    }
+
     fn bootstrap(&self) -> String {
         self.addr.to_string()
     }
 
-    fn stop(&mut self) -> Res<Duration> {
-        self.proc.stop()
+    fn cpu(&self, clk: f64) -> Option<f64> {
+        self.proc.cpu(clk)
     }
+
+    fn stop(&mut self) -> Res<Duration> {
+        match self.kind {
+            // A controlled shutdown can take a while on a busy machine.
+            Kind::Kafka => self.proc.stop_within(Duration::from_secs(60)),
+            Kind::Strait => self.proc.stop(),
+        }
+    }
+}
+
+/// Writes `dir/server.properties` for a combined broker+controller node
+/// with a replication factor of 1 everywhere; returns its path.
+fn write_kafka_properties(dir: &Path, port: u16, controller_port: u16, any_address: bool) -> Res<PathBuf> {
+    let host = if any_address { "0.0.0.0" } else { "127.0.0.1" };
+    let lines = [
+        "# written by benches/mirror.rs: one combined KRaft node".to_owned(),
+        "node.id=1".into(),
+        "process.roles=broker,controller".into(),
+        format!("controller.quorum.voters=1@127.0.0.1:{controller_port}"),
+        "controller.listener.names=CONTROLLER".into(),
+        format!("listeners=PLAINTEXT://{host}:{port},CONTROLLER://127.0.0.1:{controller_port}"),
+        format!("advertised.listeners=PLAINTEXT://127.0.0.1:{port}"),
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
+        "inter.broker.listener.name=PLAINTEXT".into(),
+        format!("log.dirs={}/data", dir.display()),
+        "auto.create.topics.enable=false".into(),
+        "num.partitions=1".into(),
+        "group.initial.rebalance.delay.ms=0".into(),
+        "offsets.topic.replication.factor=1".into(),
+        "offsets.topic.num.partitions=4".into(),
+        "transaction.state.log.replication.factor=1".into(),
+        "transaction.state.log.min.isr=1".into(),
+        "transaction.state.log.num.partitions=4".into(),
+        "share.coordinator.state.topic.replication.factor=1".into(),
+        "share.coordinator.state.topic.min.isr=1".into(),
+        "share.coordinator.state.topic.num.partitions=1".into(),
+    ];
+    let path = dir.join("server.properties");
+    fs::write(&path, lines.join("\n") + "\n").map_err(|e| format!("writing {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// `kafka-storage.sh format` for a new node.
+fn format_kafka(ctx: &Ctx, dir: &Path, properties: &Path, cluster_id: &str) -> Res<()> {
+    let out = Command::new("java")
+        .args(["-Xmx256m", "-cp", &support::kafka::kafka_classpath()])
+        .arg(format!(
+            "-Dlog4j2.configurationFile={}",
+            ctx.work.join("log4j2.properties").display()
+        ))
+        .args(["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c"])
+        .arg(properties)
+        .env_remove("LD_LIBRARY_PATH")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running kafka.tools.StorageTool: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "formatting {}: {}{}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
+}
+
+/// Starts `kafka.Kafka properties` (inside `netns` when given) and waits
+/// until it lists itself as a broker.
+fn spawn_kafka(
+    ctx: &Ctx,
+    name: &str,
+    dir: &Path,
+    properties: &Path,
+    port: u16,
+    controller_port: u16,
+    netns: Option<(&str, u16)>,
+) -> Res<Broker> {
+    let mut cmd = match netns {
+        Some((ns, _)) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "java"]);
+            c
+        }
+        None => Command::new("java"),
+    };
+    cmd.arg(format!("-Xmx{}", ctx.knobs.kafka_heap))
+        .arg(format!("-Xms{}", ctx.knobs.kafka_heap))
+        .args(KAFKA_JVM_OPTS)
+        .arg(format!(
+            "-Dlog4j2.configurationFile={}",
+            ctx.work.join("log4j2.properties").display()
+        ))
+        .arg("-cp")
+        .arg(support::kafka::kafka_classpath())
+        .arg("kafka.Kafka")
+        .arg(properties)
+        .env_remove("LD_LIBRARY_PATH")
+        .current_dir(&ctx.work)
+        .stdin(Stdio::null());
+    let log = ctx.work.join(format!("{name}.log"));
+    let mut proc = Proc::spawn(cmd, name, log, Some(properties))?;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_kafka_ready(&mut proc, addr)?;
+    Ok(Broker {
+        kind: Kind::Kafka,
+        name: name.trim_end_matches("-wan").to_owned(),
+        proc,
+        addr,
+        dir: dir.to_owned(),
+        controller_port,
+        baseline: Baseline::default(),
+    })
 }
 
 /// Polls until the broker answers ApiVersions, failing early if it exits.
@@ -643,48 +1516,187 @@ fn wait_ready(proc: &mut Proc, addr: SocketAddr) -> Res<()> {
     }
 }
 
+/// Polls until a Kafka node answers ApiVersions and its metadata lists a
+/// broker (an unfenced one: topics can be created), failing early if it
+/// exits.
+fn wait_kafka_ready(proc: &mut Proc, addr: SocketAddr) -> Res<()> {
+    let deadline = Instant::now() + KAFKA_START_TIMEOUT;
+    let mut last = String::from("no answer yet");
+    loop {
+        if let Some(gone) = proc.gone() {
+            return Err(gone);
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "not ready on {addr} after {KAFKA_START_TIMEOUT:?} (last: {last}); {}",
+                log_tail(&proc.log, 8)
+            ));
+        }
+        match support::api_versions_ping(addr, Duration::from_secs(2)) {
+            Err(e) => last = e.to_string(),
+            Ok(()) => match broker_count(&addr.to_string()) {
+                Ok(n) if n > 0 => return Ok(()),
+                Ok(_) => last = "no broker in the metadata".into(),
+                Err(e) => last = e,
+            },
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Brokers in the metadata of the cluster at `bootstrap`.
+fn broker_count(bootstrap: &str) -> Res<usize> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("client.id", "mirror-bench-ready")
+        .set("log_level", "0")
+        .create()
+        .map_err(|e| format!("consumer: {e}"))?;
+    let md = consumer
+        .fetch_metadata(None, Duration::from_secs(5))
+        .map_err(|e| format!("metadata: {e}"))?;
+    Ok(md.brokers().len())
+}
+
 // ---------------------------------------------------------------------------
 // Results
 
-/// One measured copy (or read) of the whole topic.
+/// One measured copy (or read) of a whole topic.
 #[derive(Debug, Clone, Default)]
 struct Run {
     records: u64,
-    /// Bytes of record batches moved, when known.
+    /// Bytes of the source's record batches for those records, when known.
     batch_bytes: Option<u64>,
+    /// Seconds from the start until every record was on the target (per
+    /// pass for the fetch limit).
     secs: f64,
-    /// Seconds until the first record was on the target (mirrors).
-    first_secs: Option<f64>,
+    /// When the first record showed on the target (mirrors).
+    first: Option<First>,
+    /// When half of the records were there (mirrors).
+    half: Option<First>,
     /// CPU seconds of the process measured (the mirror, or this bench for
-    /// the fetch limit).
+    /// the fetch limit), the whole run.
     cpu: Option<f64>,
-    /// What else used the CPU meanwhile.
+    /// CPU seconds of the target broker over the whole run (mirrors).
+    target_cpu: Option<f64>,
+    /// The target topic's batches afterwards (mirrors).
+    target_tally: Option<Tally>,
+    /// What else used the CPU meanwhile, and other notes.
     detail: String,
 }
 
-impl Run {
+/// The start-up: from the mirror's start to the first record on the
+/// target.
+#[derive(Debug, Clone, Default)]
+struct First {
+    secs: f64,
+    /// Records on the target at that poll.
+    records: u64,
+    /// CPU seconds of the mirror by then.
+    cpu: Option<f64>,
+    /// CPU seconds of the target broker since the start, by then.
+    target_cpu: Option<f64>,
+    /// Offset polls by then.
+    polls: u64,
+}
+
+/// Part of a run: from a poll of the target to the last record.
+struct Phase {
+    secs: f64,
+    records: u64,
+    /// Bytes of the source's batches for those records.
+    batch_bytes: Option<f64>,
+    /// CPU seconds of the mirror, and of the target broker.
+    cpu: Option<f64>,
+    target_cpu: Option<f64>,
+}
+
+impl Phase {
     fn mb_s(&self) -> f64 {
         mb(self.records) / self.secs
     }
 
     fn batch_mb_s(&self) -> Option<f64> {
-        Some(self.batch_bytes? as f64 / 1e6 / self.secs)
+        Some(self.batch_bytes? / 1e6 / self.secs)
     }
 
     fn cpu_per_gb(&self) -> Option<f64> {
         Some(self.cpu? / (mb(self.records) / 1e3))
     }
 
+    fn target_cpu_per_gb(&self) -> Option<f64> {
+        Some(self.target_cpu? / (mb(self.records) / 1e3))
+    }
+
     fn mb_per_cpu_s(&self) -> Option<f64> {
         let cpu = self.cpu?;
         (cpu > 0.0).then(|| mb(self.records) / cpu)
     }
+}
 
-    fn with_batch_bytes(mut self, bytes: Option<u64>) -> Run {
-        if self.batch_bytes.is_none() {
-            self.batch_bytes = bytes;
+impl Run {
+    /// From the poll `from` to the last record; the whole run without it.
+    fn phase(&self, from: Option<&First>) -> Phase {
+        let (secs, records, cpu, target_cpu) = match from {
+            Some(f) => (
+                self.secs - f.secs,
+                self.records - f.records.min(self.records),
+                minus(self.cpu, f.cpu),
+                minus(self.target_cpu, f.target_cpu),
+            ),
+            None => (self.secs, self.records, self.cpu, self.target_cpu),
+        };
+        Phase {
+            secs,
+            records,
+            batch_bytes: self
+                .batch_bytes
+                .map(|b| b as f64 * records as f64 / self.records.max(1) as f64),
+            cpu,
+            target_cpu,
         }
-        self
+    }
+
+    /// The copy: from the first record on the target to the last; the whole
+    /// run when that leaves less than half of the records (a copy too quick
+    /// for the polls), and for the fetch limit.
+    fn copy(&self) -> Phase {
+        let first = self
+            .first
+            .as_ref()
+            .filter(|f| self.secs > f.secs && f.records * 2 <= self.records);
+        self.phase(first)
+    }
+
+    /// The second half of the copy (from the poll that saw half of the
+    /// records): a mirror's steady state, its start-up and a JVM's
+    /// compilation of the hot paths mostly behind it.
+    fn second_half(&self) -> Option<Phase> {
+        let half = self
+            .half
+            .as_ref()
+            .filter(|h| self.secs > h.secs && h.records < self.records)?;
+        Some(self.phase(Some(half)))
+    }
+
+    fn mb_s(&self) -> f64 {
+        self.copy().mb_s()
+    }
+
+    fn batch_mb_s(&self) -> Option<f64> {
+        self.copy().batch_mb_s()
+    }
+
+    fn cpu_per_gb(&self) -> Option<f64> {
+        self.copy().cpu_per_gb()
+    }
+
+    fn target_cpu_per_gb(&self) -> Option<f64> {
+        self.copy().target_cpu_per_gb()
+    }
+
+    fn mb_per_cpu_s(&self) -> Option<f64> {
+        self.copy().mb_per_cpu_s()
     }
 }
 
@@ -693,23 +1705,65 @@ fn mb(records: u64) -> f64 {
     records as f64 * RECORD_BYTES as f64 / 1e6
 }
 
+fn opt(x: Option<f64>, decimals: usize) -> String {
+    x.map_or_else(|| "?".into(), |v| format!("{v:.decimals$}"))
+}
+
 fn print_run(what: &str, run: &Res<Run>) {
     match run {
         Ok(r) => {
-            let mut s = format!(
-                "{what}: {} records in {:.2} s, {:.1} MB/s",
-                r.records,
-                r.secs,
-                r.mb_s()
-            );
+            let mut s = format!("{what}: {:.1} MB/s", r.mb_s());
             if let Some(b) = r.batch_mb_s() {
                 let _ = write!(s, " ({b:.1} batch MB/s)");
             }
-            if let Some(f) = r.first_secs {
-                let _ = write!(s, ", first record on the target after {f:.2} s");
+            match &r.first {
+                Some(f) => {
+                    let p = r.copy();
+                    let _ = write!(
+                        s,
+                        " over {:.2} s of copy ({} records); CPU s per GB: mirror {}, target broker {}; \
+                         start-up {:.2} s to the first record (mirror {} CPU s, target {}); whole run {:.2} s, \
+                         mirror {} CPU s, target {}",
+                        p.secs,
+                        p.records,
+                        opt(r.cpu_per_gb(), 2),
+                        opt(r.target_cpu_per_gb(), 2),
+                        f.secs,
+                        opt(f.cpu, 2),
+                        opt(f.target_cpu, 2),
+                        r.secs,
+                        opt(r.cpu, 2),
+                        opt(r.target_cpu, 2)
+                    );
+                }
+                None => {
+                    let _ = write!(
+                        s,
+                        "; {} records in {:.2} s; {} CPU s ({} per GB)",
+                        r.records,
+                        r.secs,
+                        opt(r.cpu, 2),
+                        opt(r.cpu_per_gb(), 2)
+                    );
+                }
             }
-            if let (Some(c), Some(g)) = (r.cpu, r.cpu_per_gb()) {
-                let _ = write!(s, "; {c:.2} CPU s ({g:.2} per GB)");
+            if let Some(h) = r.second_half() {
+                let _ = write!(
+                    s,
+                    "; second half of the copy: {:.1} MB/s, CPU s per GB: mirror {}, target broker {}",
+                    h.mb_s(),
+                    opt(h.cpu_per_gb(), 2),
+                    opt(h.target_cpu_per_gb(), 2)
+                );
+            }
+            if let Some(t) = &r.target_tally {
+                let _ = write!(
+                    s,
+                    "; target holds {} batches of {:.1} records ({:.0} B)",
+                    t.batches,
+                    t.records as f64 / t.batches.max(1) as f64,
+                    t.bytes as f64 / t.batches.max(1) as f64
+                );
             }
             println!("{s}");
             if !r.detail.is_empty() {
@@ -721,19 +1775,19 @@ fn print_run(what: &str, run: &Res<Run>) {
 }
 
 /// CPU seconds of other processes over a phase.
-struct CpuWatch<'a> {
-    procs: Vec<(&'a str, u32, Option<f64>)>,
+struct CpuWatch {
+    procs: Vec<(String, u32, Option<f64>)>,
     bench: Option<f64>,
     machine: Option<f64>,
     clk: f64,
 }
 
-impl<'a> CpuWatch<'a> {
-    fn start(brokers: &[&'a Broker], clk: f64) -> CpuWatch<'a> {
+impl CpuWatch {
+    fn start(brokers: &[&Broker], clk: f64) -> CpuWatch {
         CpuWatch {
             procs: brokers
                 .iter()
-                .map(|b| (b.proc.what.as_str(), b.proc.pid(), b.proc.cpu(clk)))
+                .map(|b| (b.name.clone(), b.proc.pid(), b.proc.cpu(clk)))
                 .collect(),
             bench: own_cpu(clk),
             machine: machine_busy(clk),
@@ -744,20 +1798,16 @@ impl<'a> CpuWatch<'a> {
     /// "cpu s: source 1.2, target 0.8, bench 0.1, other 0.3" (other: the
     /// machine's busy time less these and `measured`).
     fn describe(&self, measured: Option<f64>) -> String {
-        let mut s = String::from("cpu s:");
+        let mut s = String::from("whole run, cpu s:");
         let mut known = measured.unwrap_or(0.0);
         for (name, pid, before) in &self.procs {
-            let now = fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| cpu_ticks_of(&s))
-                .map(|t| t as f64 / self.clk);
-            match (before, now) {
+            match (before, pid_cpu(*pid, self.clk)) {
                 (Some(b), Some(n)) => {
-                    let _ = write!(s, " {name} broker {:.2},", n - b);
+                    let _ = write!(s, " {name} {:.2},", n - b);
                     known += n - b;
                 }
                 _ => {
-                    let _ = write!(s, " {name} broker ?,");
+                    let _ = write!(s, " {name} ?,");
                 }
             }
         }
@@ -810,16 +1860,17 @@ fn fill_value(i: u64, buf: &mut [u8]) {
     }
 }
 
-/// The settings of every librdkafka producer here (the source's, the
-/// librdkafka mirror's, the latency run's).
-fn producer_config(bootstrap: &str, client_id: &str, batch_bytes: u64) -> ClientConfig {
+/// The settings of every librdkafka producer here: lz4, acks=all,
+/// idempotence (so at most 5 requests in flight, as Java's), and the given
+/// batching.
+fn producer_config(bootstrap: &str, client_id: &str, linger_ms: u32, batch_bytes: u64) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", bootstrap)
         .set("client.id", client_id)
         .set("acks", "all")
         .set("enable.idempotence", "true")
         .set("compression.type", "lz4")
-        .set("linger.ms", LINGER_MS.to_string())
+        .set("linger.ms", linger_ms.to_string())
         .set("batch.size", batch_bytes.to_string())
         .set("message.timeout.ms", "120000");
     c
@@ -917,23 +1968,38 @@ fn wait_deliveries(deliveries: &Deliveries, count: u64) -> Res<()> {
     deliveries.check(count)
 }
 
-/// Produces `records` records round-robin into the source topic; returns
-/// the seconds it took.
-fn fill_source(bootstrap: &str, records: u64, batch_bytes: u64) -> Res<f64> {
-    let producer: ThreadedProducer<Deliveries> = producer_config(bootstrap, "mirror-bench-fill", batch_bytes)
-        .create_with_context(Deliveries::default())
-        .map_err(|e| format!("producer: {e}"))?;
+/// Produces `records` records round-robin into `topic`; returns the
+/// seconds it took.
+fn fill_source(bootstrap: &str, topic: &str, records: u64, linger_ms: u32, batch_bytes: u64) -> Res<f64> {
+    let producer: ThreadedProducer<Deliveries> =
+        producer_config(bootstrap, "mirror-bench-fill", linger_ms, batch_bytes)
+            .create_with_context(Deliveries::default())
+            .map_err(|e| format!("producer: {e}"))?;
     let start = Instant::now();
     let mut value = vec![0u8; RECORD_BYTES];
     for i in 0..records {
         fill_value(i, &mut value);
-        send_value(&producer, TOPIC, (i % PARTITIONS as u64) as i32, &value)?;
+        send_value(&producer, topic, (i % PARTITIONS as u64) as i32, &value)?;
     }
     wait_deliveries(producer.context(), records)?;
     Ok(start.elapsed().as_secs_f64())
 }
 
+/// Creates `topic` (replication factor 1), retrying for a while: a Kafka
+/// node just started may not take it at once.
 fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Res<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match try_create_topic(bootstrap, topic, partitions) {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(e) if e.contains("TopicAlreadyExists") || e.contains("already exists") => return Ok(()),
+            Err(_) => thread::sleep(Duration::from_millis(500)),
+        }
+    }
+}
+
+fn try_create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Res<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("client.id", "mirror-bench-admin")
@@ -957,7 +2023,7 @@ fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Res<()> {
         .map_err(|e| format!("CreateTopics: {e}"))?;
     for r in results {
         if let Err((name, code)) = r {
-            return Err(format!("CreateTopics {name}: {code}"));
+            return Err(format!("CreateTopics {name}: {code:?}"));
         }
     }
     Ok(())
@@ -972,6 +2038,20 @@ const LIST_OFFSETS_VERSION: i16 = 2;
 /// `None` while the broker does not know the topic.
 fn latest_offsets(bootstrap: &str, topic: &str) -> Res<Option<Vec<i64>>> {
     OffsetWatch::new(bootstrap, topic).latest()
+}
+
+/// Latest offsets of `topic`, waiting (up to 30 s) for every partition to
+/// have a leader.
+fn wait_offsets(bootstrap: &str, topic: &str) -> Res<Vec<i64>> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match latest_offsets(bootstrap, topic) {
+            Ok(Some(o)) => return Ok(o),
+            Ok(None) if Instant::now() > deadline => return Err(format!("{topic}: unknown to {bootstrap}")),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            _ => thread::sleep(Duration::from_millis(100)),
+        }
+    }
 }
 
 /// One connection asking one broker for a topic's latest offsets.
@@ -1094,38 +2174,81 @@ impl OffsetWatch {
 // ---------------------------------------------------------------------------
 // The fetch limit
 
-/// Reads the whole topic with strait-upstream (see the module docs).
-fn measure_fetch(knobs: &Knobs, bootstrap: &str, ends: &[i64], clk: f64, what: &str) -> Res<Run> {
+/// What a read of a topic saw.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    records: u64,
+    batches: u64,
+    bytes: u64,
+}
+
+impl std::ops::AddAssign for Tally {
+    fn add_assign(&mut self, o: Tally) {
+        self.records += o.records;
+        self.batches += o.batches;
+        self.bytes += o.bytes;
+    }
+}
+
+/// Reads the whole topic with strait-upstream (see the module docs); the
+/// run per pass and one pass's tally.
+fn measure_fetch(ctx: &Ctx, bootstrap: &str, topic: &str, ends: &[i64]) -> Res<(Run, Tally)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
-    let cpu_before = own_cpu(clk);
-    let (records, bytes, secs, passes) = runtime
-        .block_on(fetch_all(
-            bootstrap.to_owned(),
-            ends.to_vec(),
-            knobs.limit_in_flight,
-        ))
-        .map_err(|e| format!("{what}: {e}"))?;
-    let cpu = match (cpu_before, own_cpu(clk)) {
+    let cpu_before = own_cpu(ctx.clk);
+    let (tally, secs, passes) = runtime.block_on(fetch_all(
+        bootstrap.to_owned(),
+        topic.to_owned(),
+        ends.to_vec(),
+        ctx.knobs.limit_in_flight,
+        true,
+    ))?;
+    let cpu = match (cpu_before, own_cpu(ctx.clk)) {
         (Some(b), Some(a)) => Some((a - b) / passes as f64),
         _ => None,
     };
-    Ok(Run {
-        records,
-        batch_bytes: Some(bytes),
+    let run = Run {
+        records: tally.records,
+        batch_bytes: Some(tally.bytes),
         secs,
-        first_secs: None,
         cpu,
         detail: format!(
             "per pass, mean of {passes}; CPU: this bench's process (the reader, and over the WAN the \
              delay relay's threads), not the source broker's"
         ),
-    })
+        ..Run::default()
+    };
+    Ok((run, tally))
 }
 
-async fn fetch_all(bootstrap: String, ends: Vec<i64>, in_flight: usize) -> Res<(u64, u64, f64, u64)> {
+/// Reads a topic once, unmeasured: what the target holds after a mirror.
+fn count_batches(bootstrap: &str, topic: &str, ends: &[i64]) -> Res<Tally> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let (tally, _, _) = runtime.block_on(fetch_all(
+        bootstrap.to_owned(),
+        topic.to_owned(),
+        ends.to_vec(),
+        LIMIT_IN_FLIGHT as usize,
+        false,
+    ))?;
+    Ok(tally)
+}
+
+/// Reads `topic` to `ends`: with `timed`, one unmeasured pass then passes
+/// until [`LIMIT_MIN_TIME`] has gone (returns the tally and seconds per
+/// pass, and the passes); without, one pass.
+async fn fetch_all(
+    bootstrap: String,
+    topic: String,
+    ends: Vec<i64>,
+    in_flight: usize,
+    timed: bool,
+) -> Res<(Tally, f64, u64)> {
     let cluster = Cluster::new(
         "source",
         ClusterOptions {
@@ -1142,49 +2265,54 @@ async fn fetch_all(bootstrap: String, ends: Vec<i64>, in_flight: usize) -> Res<(
     );
     // Every partition has the one broker as its leader; connect and learn
     // the versions before the clock starts.
-    let (_, connection) = cluster.leader(TOPIC, 0).await.map_err(|e| e.to_string())?;
+    let (_, connection) = cluster.leader(&topic, 0).await.map_err(|e| e.to_string())?;
     // One unmeasured pass: the first read of freshly written segments
     // faults their pages into the broker's maps.
-    read_all(&connection, &ends, in_flight).await?;
+    let first = read_all(&connection, &topic, &ends, in_flight).await?;
+    if !timed {
+        return Ok((first, 0.0, 1));
+    }
     let start = Instant::now();
-    let (mut records, mut bytes, mut passes) = (0, 0, 0);
+    let mut tally = Tally::default();
+    let mut passes = 0;
     // One pass over a small topic takes a few milliseconds on loopback:
     // read it again until a second has passed, for a steadier figure.
     while passes == 0 || start.elapsed() < LIMIT_MIN_TIME {
-        let (r, b) = read_all(&connection, &ends, in_flight).await?;
-        records += r;
-        bytes += b;
+        tally += read_all(&connection, &topic, &ends, in_flight).await?;
         passes += 1;
     }
     let secs = start.elapsed().as_secs_f64();
-    Ok((records / passes, bytes / passes, secs / passes as f64, passes))
+    let per_pass = Tally {
+        records: tally.records / passes,
+        batches: tally.batches / passes,
+        bytes: tally.bytes / passes,
+    };
+    Ok((per_pass, secs / passes as f64, passes))
 }
 
 /// One read of the whole topic, the partitions split between `in_flight`
-/// tasks; returns (records, batch bytes).
-async fn read_all(connection: &Connection, ends: &[i64], in_flight: usize) -> Res<(u64, u64)> {
+/// tasks.
+async fn read_all(connection: &Connection, topic: &str, ends: &[i64], in_flight: usize) -> Res<Tally> {
     let mut tasks = tokio::task::JoinSet::new();
     for k in 0..in_flight {
         let mine: Vec<(i32, i64)> = (0..PARTITIONS)
             .filter(|p| *p as usize % in_flight == k)
             .map(|p| (p, ends[p as usize]))
             .collect();
-        tasks.spawn(fetch_partitions(connection.clone(), mine));
+        tasks.spawn(fetch_partitions(connection.clone(), topic.to_owned(), mine));
     }
-    let (mut records, mut bytes) = (0, 0);
+    let mut tally = Tally::default();
     while let Some(done) = tasks.join_next().await {
-        let (r, b) = done.map_err(|e| e.to_string())??;
-        records += r;
-        bytes += b;
+        tally += done.map_err(|e| e.to_string())??;
     }
-    Ok((records, bytes))
+    Ok(tally)
 }
 
 /// Fetches `partitions` (partition, end offset) from offset 0 to their
-/// ends, one request at a time; returns (records, batch bytes).
-async fn fetch_partitions(connection: Connection, partitions: Vec<(i32, i64)>) -> Res<(u64, u64)> {
+/// ends, one request at a time.
+async fn fetch_partitions(connection: Connection, topic: String, partitions: Vec<(i32, i64)>) -> Res<Tally> {
     let mut next = vec![0i64; partitions.len()];
-    let (mut records, mut bytes) = (0u64, 0u64);
+    let mut tally = Tally::default();
     loop {
         let wanted: Vec<FetchPartition> = partitions
             .iter()
@@ -1198,7 +2326,7 @@ async fn fetch_partitions(connection: Connection, partitions: Vec<(i32, i64)>) -
             })
             .collect();
         if wanted.is_empty() {
-            return Ok((records, bytes));
+            return Ok(tally);
         }
         let request = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
@@ -1208,7 +2336,7 @@ async fn fetch_partitions(connection: Connection, partitions: Vec<(i32, i64)>) -
             .with_isolation_level(1)
             .with_session_epoch(-1)
             .with_topics(vec![FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+                .with_topic(TopicName(StrBytes::from_string(topic.clone())))
                 .with_partitions(wanted)]);
         let answer = tokio::time::timeout(STALL, connection.request(&request))
             .await
@@ -1218,7 +2346,7 @@ async fn fetch_partitions(connection: Connection, partitions: Vec<(i32, i64)>) -
             for p in &t.partitions {
                 if p.error_code != 0 {
                     return Err(format!(
-                        "Fetch partition {}: error {}",
+                        "Fetch {topic}-{}: error {}",
                         p.partition_index, p.error_code
                     ));
                 }
@@ -1232,19 +2360,26 @@ async fn fetch_partitions(connection: Connection, partitions: Vec<(i32, i64)>) -
                 let mut rest = p.records.as_deref().unwrap_or_default();
                 while rest.len() >= HEADER_LEN {
                     let header = BatchHeader::parse(rest)
-                        .map_err(|e| format!("partition {}: {e}", p.partition_index))?;
+                        .map_err(|e| format!("{topic}-{}: {e}", p.partition_index))?;
                     if rest.len() < header.size() {
                         break;
                     }
+                    // Kafka may answer from before the offset asked for
+                    // (a compressed batch holding it); skip what we have.
+                    if header.last_offset() < next[i] {
+                        rest = &rest[header.size()..];
+                        continue;
+                    }
                     if header.base_offset != next[i] {
                         return Err(format!(
-                            "partition {}: batch at {}, expected {}",
+                            "{topic}-{}: batch at {}, expected {}",
                             p.partition_index, header.base_offset, next[i]
                         ));
                     }
                     next[i] = header.last_offset() + 1;
-                    records += header.record_count as u64;
-                    bytes += header.size() as u64;
+                    tally.records += header.record_count as u64;
+                    tally.batches += 1;
+                    tally.bytes += header.size() as u64;
                     rest = &rest[header.size()..];
                 }
             }
@@ -1255,36 +2390,85 @@ async fn fetch_partitions(connection: Connection, partitions: Vec<(i32, i64)>) -
 // ---------------------------------------------------------------------------
 // The mirrors
 
-/// Where a mirror copies from and to.
-struct Route {
-    /// "lan" or "wan": part of the mirror's and the topics' names.
-    name: &'static str,
-    source: String,
-    target: String,
+/// One case: what a mirror copies, from where to where.
+struct Case<'a> {
+    kind: Kind,
+    net: Net,
+    batches: Batches,
+    source: &'a Broker,
+    target: &'a Broker,
+    /// The source topic's end offsets.
+    ends: &'a [i64],
+    /// Bytes of the source topic's batches (from the fetch limit).
+    batch_bytes: Option<u64>,
+}
+
+impl Case<'_> {
+    fn topic(&self) -> String {
+        self.batches.topic()
+    }
+
+    /// "lan-small": part of the mirrors' and the target topics' names.
+    fn name(&self) -> String {
+        format!("{}-{}", self.net.name(), self.batches.name())
+    }
+
+    /// "kafka-lan-small": part of file names.
+    fn tag(&self) -> String {
+        format!("{}-{}", self.kind.name(), self.name())
+    }
+
+    fn records(&self) -> u64 {
+        self.ends.iter().sum::<i64>() as u64
+    }
+}
+
+/// What [`wait_mirrored`] saw.
+struct Completion {
+    secs: f64,
+    first: Option<First>,
+    /// The poll that saw half of the records.
+    half: Option<First>,
+    /// Offset polls in all.
+    polls: u64,
 }
 
 /// Polls the target until `topic` holds `ends` (per partition) or the
-/// mirror stalls or exits; returns (seconds to complete, seconds to the
-/// first record) since `start`.
+/// mirror stalls or exits. Reads the mirror's and the target broker's CPU
+/// at the first record (the target's as an absolute figure).
 fn wait_mirrored(
-    target: &str,
+    ctx: &Ctx,
+    case: &Case<'_>,
     topic: &str,
-    ends: &[i64],
     mirror: &mut Proc,
     start: Instant,
-) -> Res<(f64, Option<f64>)> {
+) -> Res<Completion> {
+    let ends = case.ends;
     let total: i64 = ends.iter().sum();
-    let mut watch = OffsetWatch::new(target, topic);
-    let mut first = None;
+    let mut watch = OffsetWatch::new(&case.target.bootstrap(), topic);
+    let mut first: Option<First> = None;
+    let mut half: Option<First> = None;
+    let mut polls = 0;
     let mut seen = 0i64;
     let mut progress = Instant::now();
     let mut last_error = String::new();
     loop {
+        polls += 1;
         match watch.latest() {
             Ok(Some(offsets)) => {
                 let sum: i64 = offsets.iter().sum();
+                let sample = |mirror: &Proc| First {
+                    secs: start.elapsed().as_secs_f64(),
+                    records: sum as u64,
+                    cpu: mirror.cpu(ctx.clk),
+                    target_cpu: case.target.cpu(ctx.clk),
+                    polls,
+                };
                 if sum > 0 && first.is_none() {
-                    first = Some(start.elapsed().as_secs_f64());
+                    first = Some(sample(mirror));
+                }
+                if sum * 2 >= total && half.is_none() {
+                    half = Some(sample(mirror));
                 }
                 if sum >= total {
                     let secs = start.elapsed().as_secs_f64();
@@ -1293,7 +2477,12 @@ fn wait_mirrored(
                             "{topic}: per partition {offsets:?} on the target, {ends:?} on the source"
                         ));
                     }
-                    return Ok((secs, first));
+                    return Ok(Completion {
+                        secs,
+                        first,
+                        half,
+                        polls,
+                    });
                 }
                 if sum > seen {
                     seen = sum;
@@ -1318,12 +2507,106 @@ fn wait_mirrored(
                 log_tail(&mirror.log, 8)
             ));
         }
-        thread::sleep(POLL);
+        // Until the first record, every 50 ms; then a quarter of what is
+        // left at the rate since the first record (every 20 ms until there
+        // is a rate).
+        let wait = match &first {
+            None => POLL_START,
+            Some(f) => {
+                let done = seen as f64 - f.records as f64;
+                let secs = start.elapsed().as_secs_f64() - f.secs;
+                if done > 0.0 && secs > 0.0 {
+                    Duration::from_secs_f64(((total - seen) as f64 / (done / secs) / 4.0).min(60.0))
+                } else {
+                    POLL_END * 2
+                }
+            }
+        };
+        thread::sleep(wait.clamp(POLL_END, ctx.knobs.poll));
     }
 }
 
-/// The config of one `strait mirror`.
-fn mirror_config(knobs: &Knobs, route: &Route, admin_port: u16) -> String {
+/// A mirror being measured: started by `spawn` once both brokers are
+/// quiet (the clock and the CPU readings start just before), until the
+/// target's `topic` is complete. The target broker's CPU is counted until it
+/// is quiet again after the last record, less its [`Baseline`]: idle during
+/// that tail, answering the offset polls before. Returns the run and the
+/// mirror, still running.
+fn measure_mirror(
+    ctx: &Ctx,
+    case: &Case<'_>,
+    topic: &str,
+    spawn: impl FnOnce() -> Res<Proc>,
+) -> Res<(Run, Proc)> {
+    settle(ctx, case.source);
+    settle(ctx, case.target);
+    let target_before = case.target.cpu(ctx.clk);
+    let watch = CpuWatch::start(&[case.source, case.target], ctx.clk);
+    let start = Instant::now();
+    let mut proc = spawn()?;
+    let done = wait_mirrored(ctx, case, topic, &mut proc, start)?;
+    let cpu = proc.cpu(ctx.clk);
+    let mut detail = watch.describe(cpu);
+    let (quiet, target_after) = settle(ctx, case.target);
+    let until_quiet = quiet.duration_since(start).as_secs_f64();
+    let tail = (until_quiet - done.secs).max(0.0);
+    let base = case.target.baseline;
+    let target_cpu = minus(target_after, target_before).map(|c| c - base.over(until_quiet, done.polls));
+    // Target CPU since the start, less its baseline.
+    let since_start = |f: First| First {
+        target_cpu: minus(f.target_cpu, target_before).map(|c| c - base.over(f.secs, f.polls)),
+        ..f
+    };
+    let _ = write!(
+        detail,
+        "\ntarget broker: quiet {tail:.1} s after the last record; {} CPU s from the start until then, less \
+         {:.2} for its baseline",
+        opt(minus(target_after, target_before), 2),
+        base.over(until_quiet, done.polls)
+    );
+    let run = Run {
+        records: case.records(),
+        batch_bytes: case.batch_bytes,
+        secs: done.secs,
+        first: done.first.map(since_start),
+        half: done.half.map(since_start),
+        cpu,
+        target_cpu,
+        target_tally: None,
+        detail,
+    };
+    Ok((run, proc))
+}
+
+/// Creates a mirror's target topic beforehand (16 partitions) and waits for
+/// its leaders, so that no mirror pays for topic creation in its run.
+fn create_target_topic(case: &Case<'_>, topic: &str) -> Res<()> {
+    create_topic(&case.target.bootstrap(), topic, PARTITIONS)?;
+    wait_offsets(&case.target.bootstrap(), topic)?;
+    Ok(())
+}
+
+/// Counts the target topic's batches into `run` (after the mirror
+/// stopped).
+fn tally_target(case: &Case<'_>, topic: &str, run: &mut Run) {
+    match count_batches(&case.target.bootstrap(), topic, case.ends) {
+        Ok(t) => run.target_tally = Some(t),
+        Err(e) => {
+            let _ = write!(run.detail, "\ncounting the target's batches: {e}");
+        }
+    }
+}
+
+/// The config of one `strait mirror` copying `topics` as
+/// `strait-NAME.{topic}`.
+fn mirror_config(
+    knobs: &Knobs,
+    source: &str,
+    target: &str,
+    name: &str,
+    topics: &str,
+    admin_port: u16,
+) -> String {
     let extra = if knobs.cluster_options.is_empty() {
         String::new()
     } else {
@@ -1332,18 +2615,15 @@ fn mirror_config(knobs: &Knobs, route: &Route, admin_port: u16) -> String {
     format!(
         "# written by benches/mirror.rs\n\
          clusters:\n  \
-           source: {{ bootstrap: [\"{}\"]{extra} }}\n  \
-           target: {{ bootstrap: [\"{}\"]{extra} }}\n\
+           source: {{ bootstrap: [\"{source}\"]{extra} }}\n  \
+           target: {{ bootstrap: [\"{target}\"]{extra} }}\n\
          admin:\n  listen: 127.0.0.1:{admin_port}\n\
          mirrors:\n  \
            strait-{name}:\n    \
              source: source\n    \
              target: target\n    \
-             topics: \"{TOPIC}\"\n    \
-             rename: \"strait-{name}.{{topic}}\"\n",
-        route.source,
-        route.target,
-        name = route.name
+             topics: \"{topics}\"\n    \
+             rename: \"strait-{name}.{{topic}}\"\n"
     )
 }
 
@@ -1354,133 +2634,211 @@ struct StraitMirror {
 }
 
 impl StraitMirror {
+    /// Starts `strait mirror` copying `topics` from `source` to `target`.
+    fn spawn(
+        ctx: &Ctx,
+        source: &str,
+        target: &str,
+        name: &str,
+        topics: &str,
+        tag: &str,
+    ) -> Res<StraitMirror> {
+        let admin_port = support::free_port();
+        let config = ctx.work.join(format!("{tag}-strait.yaml"));
+        fs::write(
+            &config,
+            mirror_config(&ctx.knobs, source, target, name, topics, admin_port),
+        )
+        .map_err(|e| format!("writing {}: {e}", config.display()))?;
+        let mut cmd = Command::new(&ctx.knobs.strait_bin);
+        cmd.arg("mirror")
+            .arg("--config")
+            .arg(&config)
+            .current_dir(&ctx.work)
+            .stdin(Stdio::null());
+        let proc = Proc::spawn(
+            cmd,
+            "strait mirror",
+            ctx.work.join(format!("{tag}-strait.log")),
+            Some(&config),
+        )?;
+        Ok(StraitMirror { proc, admin_port })
+    }
+
     fn metrics(&self) -> Res<String> {
         http_get(self.admin_port, "/metrics")
     }
 }
 
-/// Runs `strait mirror` until the target holds every record. With
-/// `keep_running` the mirror is handed back (for the latency run).
-fn run_strait_mirror(
-    knobs: &Knobs,
-    work: &Path,
-    route: &Route,
-    ends: &[i64],
-    brokers: &[&Broker],
-    clk: f64,
-    keep_running: bool,
-) -> Res<(Run, Option<StraitMirror>)> {
-    let admin_port = support::free_port();
-    let config = work.join(format!("mirror-{}.yaml", route.name));
-    fs::write(&config, mirror_config(knobs, route, admin_port))
-        .map_err(|e| format!("writing {}: {e}", config.display()))?;
-    let watch = CpuWatch::start(brokers, clk);
-    let start = Instant::now();
-    let mut cmd = Command::new(&knobs.strait_bin);
-    cmd.arg("mirror")
-        .arg("--config")
-        .arg(&config)
-        .current_dir(work)
-        .stdin(Stdio::null());
-    let mut proc = Proc::spawn(
-        cmd,
-        "strait mirror",
-        work.join(format!("mirror-{}.log", route.name)),
-    )?;
-    let topic = format!("strait-{}.{TOPIC}", route.name);
-    let (secs, first) = wait_mirrored(&route.target, &topic, ends, &mut proc, start)?;
-    let cpu = proc.cpu(clk);
-    let mut detail = watch.describe(cpu);
-    let mirror = StraitMirror { proc, admin_port };
+/// Runs `strait mirror` until the target holds every record.
+fn run_strait_mirror(ctx: &Ctx, case: &Case<'_>) -> Res<Run> {
+    let name = case.name();
+    let topic = format!("strait-{name}.{}", case.topic());
+    create_target_topic(case, &topic)?;
+    let mut admin_port = 0;
+    let (mut run, proc) = measure_mirror(ctx, case, &topic, || {
+        let m = StraitMirror::spawn(
+            ctx,
+            &case.source.bootstrap(),
+            &case.target.bootstrap(),
+            &name,
+            &case.topic(),
+            &case.tag(),
+        )?;
+        admin_port = m.admin_port;
+        Ok(m.proc)
+    })?;
+    let mut mirror = StraitMirror { proc, admin_port };
     match mirror.metrics() {
         Ok(m) => {
             let records = metric_sum(&m, "strait_mirror_records_total{");
-            let passed = metric_sum(&m, "strait_mirror_batches_total{")
-                - metric_sum_with(&m, "strait_mirror_batches_total{", "reencoded");
             let reencoded = metric_sum_with(&m, "strait_mirror_batches_total{", "reencoded");
+            let passed = metric_sum(&m, "strait_mirror_batches_total{") - reencoded;
             let errors = metric_sum(&m, "strait_mirror_errors_total{");
             let _ = write!(
-                detail,
+                run.detail,
                 "\nmirror /metrics: {records:.0} records, {passed:.0} batches passed through, {reencoded:.0} re-encoded, {errors:.0} errors"
             );
         }
         Err(e) => {
-            let _ = write!(detail, "\nmirror /metrics: {e}");
+            let _ = write!(run.detail, "\nmirror /metrics: {e}");
         }
     }
-    let mut mirror = mirror;
-    if !keep_running {
-        match mirror.proc.stop() {
-            Ok(took) => {
-                let _ = write!(detail, "; exited {:.1} s after SIGTERM", took.as_secs_f64());
-            }
-            Err(e) => {
-                let _ = write!(detail, "; {e}");
-            }
+    match mirror.proc.stop() {
+        Ok(took) => {
+            let _ = write!(run.detail, "; exited {:.1} s after SIGTERM", took.as_secs_f64());
+        }
+        Err(e) => {
+            let _ = write!(run.detail, "; {e}");
         }
     }
-    let run = Run {
-        records: ends.iter().sum::<i64>() as u64,
-        batch_bytes: None,
-        secs,
-        first_secs: first,
-        cpu,
-        detail,
-    };
-    Ok((run, keep_running.then_some(mirror)))
+    tally_target(case, &topic, &mut run);
+    Ok(run)
+}
+
+/// The properties of one MirrorMaker 2 (dedicated mode) copying the case's
+/// topic from cluster `alias` to `dst`.
+fn mm2_properties(ctx: &Ctx, case: &Case<'_>, alias: &str) -> String {
+    let knobs = &ctx.knobs;
+    let mut lines = vec![
+        "# written by benches/mirror.rs: MirrorMaker 2, dedicated mode, copying only".to_owned(),
+        format!("clusters = {alias}, dst"),
+        format!("{alias}.bootstrap.servers = {}", case.source.bootstrap()),
+        format!("dst.bootstrap.servers = {}", case.target.bootstrap()),
+        format!("{alias}->dst.enabled = true"),
+        format!("{alias}->dst.topics = {}", case.topic()),
+        format!("tasks.max = {}", knobs.mm2_tasks),
+        // A single broker on each side.
+        "replication.factor = 1".into(),
+        "offset-syncs.topic.replication.factor = 1".into(),
+        "checkpoints.topic.replication.factor = 1".into(),
+        "heartbeats.topic.replication.factor = 1".into(),
+        "offset.storage.replication.factor = 1".into(),
+        "config.storage.replication.factor = 1".into(),
+        "status.storage.replication.factor = 1".into(),
+        // Only the copy: no heartbeats or checkpoints (the checkpoint
+        // connector then logs that it cannot run; offset syncs stay on, as
+        // that connector insists), no config or ACL syncing.
+        "emit.heartbeats.enabled = false".into(),
+        "emit.checkpoints.enabled = false".into(),
+        "sync.topic.configs.enabled = false".into(),
+        "sync.topic.acls.enabled = false".into(),
+        "refresh.groups.enabled = false".into(),
+        // Start-up only: find Connect's plugins from their manifests rather
+        // than by scanning every jar (twice).
+        "plugin.discovery = service_load".into(),
+        "dst.plugin.discovery = service_load".into(),
+        // The source consumer with the mirror's fetch settings.
+        format!("{alias}.consumer.fetch.max.bytes = {FETCH_MAX_BYTES}"),
+        format!("{alias}.consumer.max.partition.fetch.bytes = {FETCH_PARTITION_BYTES}"),
+        format!("{alias}.consumer.fetch.max.wait.ms = {FETCH_MAX_WAIT_MS}"),
+        format!("{alias}.consumer.isolation.level = read_committed"),
+        // The producer re-batching into large lz4 batches.
+        "dst.producer.compression.type = lz4".into(),
+        format!("dst.producer.linger.ms = {LARGE_LINGER_MS}"),
+        format!("dst.producer.batch.size = {}", knobs.batch_bytes),
+    ];
+    lines.extend(knobs.mm2_options.iter().cloned());
+    lines.join("\n") + "\n"
+}
+
+/// Runs MirrorMaker 2 until the target holds every record.
+fn run_mm2(ctx: &Ctx, case: &Case<'_>) -> Res<Run> {
+    let alias = format!("mm2-{}", case.name());
+    let topic = format!("{alias}.{}", case.topic());
+    create_target_topic(case, &topic)?;
+    let properties = ctx.work.join(format!("{}-mm2.properties", case.tag()));
+    fs::write(&properties, mm2_properties(ctx, case, &alias))
+        .map_err(|e| format!("writing {}: {e}", properties.display()))?;
+    let (mut run, mut proc) = measure_mirror(ctx, case, &topic, || {
+        let mut cmd = Command::new("java");
+        cmd.args(MM2_HEAP)
+            .args(KAFKA_JVM_OPTS)
+            .arg(format!(
+                "-Dlog4j2.configurationFile={}",
+                ctx.work.join("log4j2.properties").display()
+            ))
+            .arg("-cp")
+            .arg(support::kafka::kafka_classpath())
+            .arg("org.apache.kafka.connect.mirror.MirrorMaker")
+            .arg(&properties)
+            .env_remove("LD_LIBRARY_PATH")
+            .current_dir(&ctx.work)
+            .stdin(Stdio::null());
+        Proc::spawn(
+            cmd,
+            "MirrorMaker 2",
+            ctx.work.join(format!("{}-mm2.log", case.tag())),
+            Some(&properties),
+        )
+    })?;
+    match proc.stop_within(Duration::from_secs(60)) {
+        Ok(took) => {
+            let _ = write!(run.detail, "\nexited {:.1} s after SIGTERM", took.as_secs_f64());
+        }
+        Err(e) => {
+            let _ = write!(run.detail, "\n{e}");
+        }
+    }
+    tally_target(case, &topic, &mut run);
+    Ok(run)
 }
 
 /// Runs the librdkafka mirror (this binary, `child-rdkafka-mirror`) until
 /// the target holds every record.
-fn run_rdkafka_mirror(
-    knobs: &Knobs,
-    work: &Path,
-    route: &Route,
-    ends: &[i64],
-    brokers: &[&Broker],
-    clk: f64,
-) -> Res<Run> {
-    let topic = format!("rdkafka-{}.{TOPIC}", route.name);
-    create_topic(&route.target, &topic, PARTITIONS)?;
-    let total: i64 = ends.iter().sum();
+fn run_rdkafka_mirror(ctx: &Ctx, case: &Case<'_>) -> Res<Run> {
+    let topic = format!("rdkafka-{}.{}", case.name(), case.topic());
+    create_target_topic(case, &topic)?;
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let watch = CpuWatch::start(brokers, clk);
-    let start = Instant::now();
-    let mut cmd = Command::new(exe);
-    cmd.args([
-        "child-rdkafka-mirror",
-        &route.source,
-        &route.target,
-        TOPIC,
-        &topic,
-        &total.to_string(),
-        &knobs.batch_bytes.to_string(),
-    ])
-    // The child waits for its stdin to close before it exits, so that
-    // its CPU time can be read when the target is complete.
-    .stdin(Stdio::piped())
-    .current_dir(work);
-    let mut proc = Proc::spawn(
-        cmd,
-        "librdkafka mirror",
-        work.join(format!("rdkafka-mirror-{}.log", route.name)),
-    )?;
-    let (secs, first) = wait_mirrored(&route.target, &topic, ends, &mut proc, start)?;
-    let cpu = proc.cpu(clk);
-    let detail = watch.describe(cpu);
+    let (mut run, mut proc) = measure_mirror(ctx, case, &topic, || {
+        let mut cmd = Command::new(exe);
+        cmd.args([
+            "child-rdkafka-mirror",
+            &case.source.bootstrap(),
+            &case.target.bootstrap(),
+            &case.topic(),
+            &topic,
+            &case.records().to_string(),
+            &ctx.knobs.batch_bytes.to_string(),
+        ])
+        // The child waits for its stdin to close before it exits, so that
+        // its CPU time can be read when the target is complete.
+        .stdin(Stdio::piped())
+        .current_dir(&ctx.work);
+        Proc::spawn(
+            cmd,
+            "librdkafka mirror",
+            ctx.work.join(format!("{}-rdkafka.log", case.tag())),
+            None,
+        )
+    })?;
     drop(proc.child.stdin.take());
     let deadline = Instant::now() + Duration::from_secs(10);
     while proc.exited().is_none() && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(20));
     }
-    Ok(Run {
-        records: total as u64,
-        batch_bytes: None,
-        secs,
-        first_secs: first,
-        cpu,
-        detail,
-    })
+    tally_target(case, &topic, &mut run);
+    Ok(run)
 }
 
 /// The librdkafka mirror, in a child process: args SOURCE TARGET TOPIC
@@ -1516,10 +2874,14 @@ fn child_rdkafka_mirror(args: &[String]) -> Res<()> {
         )
         .create()
         .map_err(|e| format!("consumer: {e}"))?;
-    let producer: BaseProducer<Deliveries> =
-        producer_config(target, "mirror-bench-rdkafka-mirror", batch_bytes)
-            .create_with_context(Deliveries::default())
-            .map_err(|e| format!("producer: {e}"))?;
+    let producer: BaseProducer<Deliveries> = producer_config(
+        target,
+        "mirror-bench-rdkafka-mirror",
+        LARGE_LINGER_MS,
+        batch_bytes,
+    )
+    .create_with_context(Deliveries::default())
+    .map_err(|e| format!("producer: {e}"))?;
     let mut assignment = TopicPartitionList::new();
     for p in 0..PARTITIONS {
         assignment
@@ -1605,7 +2967,7 @@ fn wait_deliveries_polling(producer: &BaseProducer<Deliveries>, count: u64) -> R
     Ok(())
 }
 
-/// The latency run's producer, in a child process inside the source's
+/// The latency run's producer, in a child process inside the sources'
 /// network namespace: args BOOTSTRAP TOPIC RATE SECS BATCH_BYTES.
 fn child_rate_producer(args: &[String]) -> Res<()> {
     let [bootstrap, topic, rate, secs, batch_bytes] = args else {
@@ -1614,9 +2976,10 @@ fn child_rate_producer(args: &[String]) -> Res<()> {
     let rate: u64 = rate.parse().map_err(|e| format!("rate: {e}"))?;
     let secs: u64 = secs.parse().map_err(|e| format!("secs: {e}"))?;
     let batch_bytes: u64 = batch_bytes.parse().map_err(|e| format!("batch bytes: {e}"))?;
-    let producer: ThreadedProducer<Deliveries> = producer_config(bootstrap, "mirror-bench-rate", batch_bytes)
-        .create_with_context(Deliveries::default())
-        .map_err(|e| format!("producer: {e}"))?;
+    let producer: ThreadedProducer<Deliveries> =
+        producer_config(bootstrap, "mirror-bench-rate", LARGE_LINGER_MS, batch_bytes)
+            .create_with_context(Deliveries::default())
+            .map_err(|e| format!("producer: {e}"))?;
     producer
         .client()
         .fetch_metadata(Some(topic), Duration::from_secs(10))
@@ -1721,14 +3084,14 @@ fn histogram_quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Op
 // ---------------------------------------------------------------------------
 // The WAN
 
-/// The source's datacenter: a network namespace behind a veth pair whose
-/// ends are rate-limited, and the delay relay in front of it.
+/// The sources' datacenter: a network namespace behind a veth pair whose
+/// ends are rate-limited, and a delay relay in front of each source.
 struct Wan {
     ns: String,
     veth: String,
-    /// The port the source listens on inside, and the relay outside.
-    port: u16,
-    relay: Option<Relay>,
+    /// The namespace's end of the veth pair has `SUBNET.2`.
+    subnet: String,
+    relays: Vec<Relay>,
 }
 
 fn sh(args: &[&str]) -> Res<()> {
@@ -1747,7 +3110,7 @@ fn sh(args: &[&str]) -> Res<()> {
 }
 
 impl Wan {
-    fn setup(knobs: &Knobs, _work: &Path) -> Res<Wan> {
+    fn setup(knobs: &Knobs) -> Res<Wan> {
         if !rustix::process::geteuid().is_root() {
             return Err("network namespaces need root (this bench is not running as root)".into());
         }
@@ -1760,8 +3123,8 @@ impl Wan {
         let mut wan = Wan {
             ns: ns.clone(),
             veth: veth.clone(),
-            port: 0,
-            relay: None,
+            subnet: subnet.clone(),
+            relays: Vec::new(),
         };
         let rate = format!("{}mbit", knobs.wan_mbit);
         // tbf's bucket: 5 ms of the rate, at least 64 KiB (a GSO segment).
@@ -1803,28 +3166,28 @@ impl Wan {
                 return Err(format!("cannot build the emulated WAN: {e}"));
             }
         }
-        // The relay listens here on a free port; the source listens on the
-        // same port in its namespace (where every port is free), so the
-        // relay learns where to connect once its port is known.
+        Ok(wan)
+    }
+
+    /// A delay relay on a free loopback port here, to the same port inside
+    /// the namespace (where every port is free): a source started there on
+    /// that port is reached through it. Returns the port.
+    fn expose(&mut self, knobs: &Knobs) -> u16 {
         let relay = Relay::start(
             ([127, 0, 0, 1], 9).into(),
             Duration::from_micros(knobs.wan_rtt_ms * 1000 / 2),
         );
-        wan.port = relay.port();
-        let inside: SocketAddr = format!("{subnet}.2:{}", wan.port)
+        let port = relay.port();
+        let inside: SocketAddr = format!("{}.2:{port}", self.subnet)
             .parse()
-            .map_err(|e| format!("{e}"))?;
+            .expect("an IPv4 socket address");
         relay.retarget(inside);
-        wan.relay = Some(relay);
-        Ok(wan)
-    }
-
-    fn start_source(&self, knobs: &Knobs, data: &Path, work: &Path) -> Res<Broker> {
-        Broker::start(knobs, "source-wan", data, Some((&self.ns, self.port)), work)
+        self.relays.push(relay);
+        port
     }
 
     fn teardown(&mut self) {
-        self.relay = None;
+        self.relays.clear();
         let _ = sh(&["ip", "netns", "del", &self.ns]);
         // Gone with the namespace unless it failed half-way.
         let _ = Command::new("ip")
@@ -1837,72 +3200,6 @@ impl Wan {
 impl Drop for Wan {
     fn drop(&mut self) {
         self.teardown();
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_wan(
-    knobs: &Knobs,
-    work: &Path,
-    wan: &Wan,
-    source: &Broker,
-    target: &Broker,
-    ends: &[i64],
-    batch_bytes: Option<u64>,
-    clk: f64,
-    report: &mut Report,
-) {
-    let route = Route {
-        name: "wan",
-        source: source.bootstrap(),
-        target: target.bootstrap(),
-    };
-    println!(
-        "WAN: source in namespace {} behind {} Mbit/s and {} ms round trip, via 127.0.0.1:{}",
-        wan.ns, knobs.wan_mbit, knobs.wan_rtt_ms, wan.port
-    );
-    report.wan_fetch = measure_fetch(knobs, &source.bootstrap(), ends, clk, "WAN fetch");
-    print_run("WAN fetch over the link (strait-upstream)", &report.wan_fetch);
-    report.wan_rdkafka = run_rdkafka_mirror(knobs, work, &route, ends, &[source, target], clk)
-        .map(|r| r.with_batch_bytes(batch_bytes));
-    print_run("WAN librdkafka mirror", &report.wan_rdkafka);
-    let strait = run_strait_mirror(knobs, work, &route, ends, &[source, target], clk, true);
-    let mut mirror = match strait {
-        Ok((run, mirror)) => {
-            report.wan_strait = Ok(run.with_batch_bytes(batch_bytes));
-            mirror
-        }
-        Err(e) => {
-            report.wan_strait = Err(e);
-            None
-        }
-    };
-    print_run("WAN Strait mirror", &report.wan_strait);
-    report.latency = match &mut mirror {
-        Some(m) => latency_run(knobs, work, wan, m, &route, clk),
-        None => Err("skipped: the mirror did not run".into()),
-    };
-    match &report.latency {
-        Ok(l) => println!(
-            "WAN replication latency: {} records, p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; mirror histogram p50 <= {}, p99 <= {}\n  {}",
-            l.records,
-            l.p50,
-            l.p99,
-            l.max,
-            bound(l.hist_p50),
-            bound(l.hist_p99),
-            l.detail
-        ),
-        Err(e) => println!("WAN replication latency: n/a: {e}"),
-    }
-    if let Some(mut m) = mirror {
-        match m.proc.stop() {
-            Ok(took) => println!(
-                "WAN Strait mirror exited {:.1} s after SIGTERM",
-                took.as_secs_f64()
-            ),
-            Err(e) => println!("WAN Strait mirror: {e}"),
-        }
     }
 }
 
@@ -1932,20 +3229,51 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Records produced at a fixed rate in the source's datacenter, read on
-/// the target's side: read time minus CreateTime.
-fn latency_run(
-    knobs: &Knobs,
-    work: &Path,
-    wan: &Wan,
-    mirror: &mut StraitMirror,
-    route: &Route,
-    clk: f64,
-) -> Res<Latency> {
-    let topic = format!("strait-{}.{TOPIC}", route.name);
-    let from = latest_offsets(&route.target, &topic)?.ok_or("the mirrored topic is gone")?;
+/// Records produced at a fixed rate in the source's datacenter into a
+/// fresh topic that a Strait mirror copies, read on the target's side:
+/// read time minus CreateTime.
+fn latency_run(ctx: &Ctx, wan: &Wan, port: u16, source: &Broker, target: &Broker) -> Res<Latency> {
+    let knobs = &ctx.knobs;
+    create_topic(&source.bootstrap(), LATENCY_TOPIC, PARTITIONS)?;
+    wait_offsets(&source.bootstrap(), LATENCY_TOPIC)?;
+    // The target topic too, with its leaders elected: partitions of a topic
+    // the mirror has just created retry (with back-off) while they have
+    // none, and would measure that instead.
+    let topic = format!("strait-wan-latency.{LATENCY_TOPIC}");
+    create_topic(&target.bootstrap(), &topic, PARTITIONS)?;
+    let from = wait_offsets(&target.bootstrap(), &topic)?;
+    let tag = format!("{}-wan-latency", source.kind.name());
+    let mut mirror = StraitMirror::spawn(
+        ctx,
+        &source.bootstrap(),
+        &target.bootstrap(),
+        "wan-latency",
+        LATENCY_TOPIC,
+        &tag,
+    )?;
+    // Every partition of the mirror running before records come.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let running = mirror
+            .metrics()
+            .map(|m| metric_sum_with(&m, "strait_mirror_partition_status{", "status=\"running\""))
+            .unwrap_or(0.0);
+        if running >= PARTITIONS as f64 {
+            break;
+        }
+        if let Some(gone) = mirror.proc.gone() {
+            return Err(gone);
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{running} of {PARTITIONS} mirror partitions running after 60 s; {}",
+                log_tail(&mirror.proc.log, 8)
+            ));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &route.target)
+        .set("bootstrap.servers", target.bootstrap())
         .set("client.id", "mirror-bench-latency")
         .set("group.id", "mirror-bench-latency")
         .set("enable.auto.commit", "false")
@@ -1963,25 +3291,31 @@ fn latency_run(
             .map_err(|e| e.to_string())?;
     }
     consumer.assign(&assignment).map_err(|e| format!("assign: {e}"))?;
-    // Let the consumer's first fetches reach the broker before records come.
-    let _ = consumer.poll(Duration::from_millis(500));
+    // Let the consumer's first fetches reach the broker, and the mirror's
+    // first (empty) fetches the source, before records come.
+    let _ = consumer.poll(Duration::from_millis(1000));
     let histogram_before = histogram(&mirror.metrics()?, "strait_mirror_replication_latency_seconds");
-    let mirror_cpu = mirror.proc.cpu(clk);
+    let mirror_cpu = mirror.proc.cpu(ctx.clk);
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &wan.ns])
         .arg(exe)
         .args([
             "child-rate-producer",
-            &format!("127.0.0.1:{}", wan.port),
-            TOPIC,
+            &format!("127.0.0.1:{port}"),
+            LATENCY_TOPIC,
             &knobs.latency_rate.to_string(),
             &knobs.latency_secs.to_string(),
             &knobs.batch_bytes.to_string(),
         ])
         .stdin(Stdio::null())
-        .current_dir(work);
-    let mut producer = Proc::spawn(cmd, "rate producer", work.join("rate-producer.log"))?;
+        .current_dir(&ctx.work);
+    let mut producer = Proc::spawn(
+        cmd,
+        "rate producer",
+        ctx.work.join(format!("{tag}-rate-producer.log")),
+        None,
+    )?;
     let total = knobs.latency_rate * knobs.latency_secs;
     let mut latencies: Vec<f64> = Vec::with_capacity(total as usize);
     let mut progress = Instant::now();
@@ -1998,7 +3332,7 @@ fn latency_run(
             None => {}
         }
         if let Some(status) = producer.exited() {
-            if !status.contains("exit status: 0") && status != "exit status: 0" {
+            if status != "exit status: 0" {
                 return Err(format!(
                     "the rate producer failed: {}",
                     log_tail(&producer.log, 8)
@@ -2014,7 +3348,7 @@ fn latency_run(
         }
     }
     let histogram_after = histogram(&mirror.metrics()?, "strait_mirror_replication_latency_seconds");
-    let mirror_cpu = match (mirror_cpu, mirror.proc.cpu(clk)) {
+    let mirror_cpu = match (mirror_cpu, mirror.proc.cpu(ctx.clk)) {
         (Some(b), Some(a)) => format!("{:.2}", a - b),
         _ => "?".into(),
     };
@@ -2023,6 +3357,10 @@ fn latency_run(
         thread::sleep(Duration::from_millis(20));
     }
     let produced = fs::read_to_string(&producer.log).unwrap_or_default();
+    let stopped = match mirror.proc.stop() {
+        Ok(took) => format!("mirror exited {:.1} s after SIGTERM", took.as_secs_f64()),
+        Err(e) => e,
+    };
     latencies.sort_by(f64::total_cmp);
     Ok(Latency {
         records: latencies.len() as u64,
@@ -2032,7 +3370,7 @@ fn latency_run(
         hist_p50: histogram_quantile(&histogram_before, &histogram_after, 0.5),
         hist_p99: histogram_quantile(&histogram_before, &histogram_after, 0.99),
         detail: format!(
-            "{}; mirror CPU {mirror_cpu} s meanwhile",
+            "{}; mirror CPU {mirror_cpu} s meanwhile; {stopped}",
             produced.lines().last().unwrap_or("rate producer: no report")
         ),
     })
@@ -2046,33 +3384,6 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 // ---------------------------------------------------------------------------
 // The report
-
-struct Report {
-    lan_limit: Res<Run>,
-    lan_strait: Res<Run>,
-    lan_rdkafka: Res<Run>,
-    wan_skipped: Option<String>,
-    wan_fetch: Res<Run>,
-    wan_strait: Res<Run>,
-    wan_rdkafka: Res<Run>,
-    latency: Res<Latency>,
-}
-
-impl Default for Report {
-    fn default() -> Self {
-        let n = || Err("not run".to_owned());
-        Report {
-            lan_limit: n(),
-            lan_strait: n(),
-            lan_rdkafka: n(),
-            wan_skipped: None,
-            wan_fetch: n(),
-            wan_strait: n(),
-            wan_rdkafka: n(),
-            latency: Err("not run".to_owned()),
-        }
-    }
-}
 
 /// A ratio: two decimals, or two significant digits below 0.1.
 fn ratio(x: f64) -> String {
@@ -2093,200 +3404,284 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
-impl Report {
-    fn print(&self, knobs: &Knobs) {
-        let mut rows: Vec<[String; 4]> = Vec::new();
-        let mut reasons: Vec<String> = Vec::new();
-        let mut na = |e: &String| {
-            let i = reasons.iter().position(|r| r == e).unwrap_or_else(|| {
-                reasons.push(e.clone());
-                reasons.len() - 1
-            });
-            format!("n/a [{}]", i + 1)
-        };
-        let rate = |r: &Run| match r.batch_mb_s() {
-            Some(b) => format!("{:.1} MB/s ({b:.1} batch MB/s)", r.mb_s()),
-            None => format!("{:.1} MB/s", r.mb_s()),
-        };
-        let cpu = |r: &Run| r.cpu_per_gb().map_or_else(|| "?".into(), |c| format!("{c:.2}"));
-        // LAN.
-        let limit = self.lan_limit.as_ref().ok().map(Run::mb_s);
-        match &self.lan_limit {
-            Ok(r) => rows.push([
-                "LAN source fetch limit (strait-upstream)".into(),
-                rate(r),
-                format!("{} (the reader)", cpu(r)),
-                "the limit".into(),
-            ]),
-            Err(e) => rows.push([
-                "LAN source fetch limit (strait-upstream)".into(),
-                na(e),
-                String::new(),
-                "the limit".into(),
-            ]),
+/// Prints a Markdown table, columns padded.
+fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
         }
-        match &self.lan_strait {
-            Ok(r) => rows.push([
-                "LAN Strait mirror".into(),
-                rate(r),
-                cpu(r),
-                match limit {
-                    Some(l) => {
-                        let x = r.mb_s() / l;
-                        format!(">= 0.8 x limit: {} x, {}", ratio(x), verdict(x >= 0.8))
-                    }
-                    None => ">= 0.8 x limit: n/a".into(),
-                },
-            ]),
-            Err(e) => rows.push([
-                "LAN Strait mirror".into(),
-                na(e),
-                String::new(),
-                ">= 0.8 x limit".into(),
-            ]),
+    }
+    let line = |cells: &[String]| {
+        let mut s = String::from("|");
+        for (c, w) in cells.iter().zip(&widths) {
+            let pad = w - c.chars().count();
+            let _ = write!(s, " {c}{} |", " ".repeat(pad));
         }
-        match &self.lan_rdkafka {
-            Ok(r) => rows.push(["LAN librdkafka mirror".into(), rate(r), cpu(r), String::new()]),
-            Err(e) => rows.push([
-                "LAN librdkafka mirror".into(),
-                na(e),
-                String::new(),
-                String::new(),
-            ]),
-        }
-        let efficiency = |s: &Res<Run>, k: &Res<Run>| match (s, k) {
-            (Ok(s), Ok(k)) => match (s.mb_per_cpu_s(), k.mb_per_cpu_s()) {
-                (Some(a), Some(b)) if b > 0.0 => Some((a, b, a / b)),
-                _ => None,
-            },
-            _ => None,
-        };
-        match efficiency(&self.lan_strait, &self.lan_rdkafka) {
-            Some((a, b, x)) => rows.push([
-                "LAN MB per mirror CPU s, Strait / librdkafka".into(),
-                format!("{a:.0} / {b:.0} = {x:.1} x"),
-                String::new(),
-                format!(">= 3 x: {}", verdict(x >= 3.0)),
-            ]),
-            None => rows.push([
-                "LAN MB per mirror CPU s, Strait / librdkafka".into(),
-                "n/a".into(),
-                String::new(),
-                ">= 3 x".into(),
-            ]),
-        }
-        // WAN.
-        let link = knobs.wan_mbit as f64 / 8.0;
-        let wan = format!("WAN ({} Mbit/s, {} ms RTT)", knobs.wan_mbit, knobs.wan_rtt_ms);
-        if let Some(skipped) = &self.wan_skipped {
-            rows.push([
-                format!("{wan}: skipped"),
-                na(skipped),
-                String::new(),
-                String::new(),
-            ]);
-        } else {
-            let vs_link = |r: &Run| match r.batch_mb_s() {
-                Some(b) => format!(
-                    "{b:.1} batch MB/s = {} x link ({:.1} MB/s)",
-                    ratio(b / link),
-                    r.mb_s()
-                ),
-                None => format!("{:.1} MB/s (batch bytes unknown)", r.mb_s()),
-            };
-            let lines: [(&str, &Res<Run>, bool); 3] = [
-                ("source fetch over the link", &self.wan_fetch, false),
-                ("Strait mirror", &self.wan_strait, true),
-                ("librdkafka mirror", &self.wan_rdkafka, false),
-            ];
-            for (what, run, goal) in lines {
-                let name = format!("{wan} {what}");
-                match run {
-                    Ok(r) => rows.push([
-                        name,
-                        vs_link(r),
-                        cpu(r),
-                        if goal {
-                            match r.batch_mb_s() {
-                                Some(b) => format!(">= 0.8 x link: {}", verdict(b / link >= 0.8)),
-                                None => ">= 0.8 x link: n/a".into(),
-                            }
-                        } else {
-                            String::new()
-                        },
-                    ]),
-                    Err(e) => rows.push([
-                        name,
-                        na(e),
-                        String::new(),
-                        if goal {
-                            ">= 0.8 x link".into()
-                        } else {
-                            String::new()
-                        },
-                    ]),
-                }
-            }
-            if let Some((a, b, x)) = efficiency(&self.wan_strait, &self.wan_rdkafka) {
-                rows.push([
-                    format!("{wan} MB per mirror CPU s, Strait / librdkafka"),
-                    format!("{a:.0} / {b:.0} = {x:.1} x"),
-                    String::new(),
-                    String::new(),
-                ]);
-            }
-            let budget = 50.0 + knobs.wan_rtt_ms as f64;
-            let name = format!(
-                "{wan} replication latency p50 / p99, {} rec/s",
-                knobs.latency_rate
-            );
-            match &self.latency {
-                Ok(l) => {
-                    rows.push([
-                        name,
-                        format!("{:.0} / {:.0} ms (max {:.0})", l.p50, l.p99, l.max),
-                        String::new(),
-                        format!("p99 < {budget:.0} ms: {}", verdict(l.p99 < budget)),
-                    ]);
-                    rows.push([
-                        format!("{wan} strait_mirror_replication_latency_seconds p50 / p99"),
-                        format!("<= {} / <= {}", bound(l.hist_p50), bound(l.hist_p99)),
-                        String::new(),
-                        "(bucket bounds; first record of each batch)".into(),
-                    ]);
-                }
-                Err(e) => rows.push([name, na(e), String::new(), format!("p99 < {budget:.0} ms")]),
-            }
-        }
-        let header = ["measurement", "result", "CPU s per GB", "goal"];
-        let mut widths = header.map(str::len);
-        for row in &rows {
-            for (w, c) in widths.iter_mut().zip(row) {
-                *w = (*w).max(c.chars().count());
-            }
+        println!("{s}");
+    };
+    line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
+    line(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>());
+    for row in rows {
+        line(row);
+    }
+}
+
+impl CaseResult {
+    fn title(&self) -> String {
+        format!("{} {}", self.net.title(), self.batches.name())
+    }
+
+    fn mirror(&self, peer: Peer) -> Option<&Run> {
+        self.mirrors.iter().find(|(p, _)| *p == peer)?.1.as_ref().ok()
+    }
+}
+
+fn print_report(knobs: &Knobs, results: &[CaseResult], wan_skipped: Option<&str>, latency: &Res<Latency>) {
+    let link = knobs.wan_mbit as f64 / 8.0;
+    let mut reasons: Vec<String> = Vec::new();
+    let mut na = |e: &str| {
+        let i = reasons.iter().position(|r| r == e).unwrap_or_else(|| {
+            reasons.push(e.to_owned());
+            reasons.len() - 1
+        });
+        format!("n/a [{}]", i + 1)
+    };
+    for &kind in &knobs.brokers {
+        let cases: Vec<&CaseResult> = results.iter().filter(|c| c.kind == kind).collect();
+        if cases.is_empty() {
+            continue;
         }
         println!(
-            "{} records x 1 KiB, {PARTITIONS} partitions, lz4 batches from librdkafka; MB = 10^6 B of values, \
-             batch MB = 10^6 B of record batches as stored; CPU of the mirror process (of the reader for the limit)",
+            "{}: {} records x 1 KiB, {PARTITIONS} partitions, lz4; MB/s and CPU s per GB of the copy (first \
+             record on the target to last); start-up = seconds to the first record, and the CPU seconds the \
+             mirror and the target broker spent by then",
+            kind.title(),
             knobs.records
         );
-        let line = |cells: [&str; 4]| {
-            let mut s = String::from("|");
-            for (c, w) in cells.iter().zip(widths) {
-                let pad = w - c.chars().count();
-                let _ = write!(s, " {c}{} |", " ".repeat(pad));
+        let mut rows = Vec::new();
+        for c in &cases {
+            let limit = c.limit.as_ref().ok();
+            let vs = |r: &Run| -> String {
+                match c.net {
+                    Net::Lan => limit.map_or_else(|| "?".into(), |l| ratio(r.mb_s() / l.mb_s())),
+                    Net::Wan => r
+                        .batch_mb_s()
+                        .map_or_else(|| "?".into(), |b| format!("{} link", ratio(b / link))),
+                }
+            };
+            let per_batch = |t: &Option<Tally>| match t {
+                Some(t) => format!(
+                    "{:.1} ({:.0} B)",
+                    t.records as f64 / t.batches.max(1) as f64,
+                    t.bytes as f64 / t.batches.max(1) as f64
+                ),
+                None => "?".into(),
+            };
+            match &c.limit {
+                Ok(r) => rows.push(vec![
+                    c.title(),
+                    "fetch limit".into(),
+                    format!("{:.1}", r.mb_s()),
+                    opt(r.batch_mb_s(), 1),
+                    vs(r),
+                    format!("{} (reader)", opt(r.cpu_per_gb(), 2)),
+                    String::new(),
+                    per_batch(&c.source_tally),
+                    String::new(),
+                ]),
+                Err(e) => rows.push(vec![
+                    c.title(),
+                    "fetch limit".into(),
+                    na(e),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                ]),
             }
-            println!("{s}");
+            let mut ordered: Vec<&(Peer, Res<Run>)> = c.mirrors.iter().collect();
+            ordered.sort_by_key(|(p, _)| knobs.peers.iter().position(|q| q == p));
+            for (peer, run) in ordered {
+                match run {
+                    Ok(r) => rows.push(vec![
+                        c.title(),
+                        peer.title().into(),
+                        format!("{:.1}", r.mb_s()),
+                        opt(r.batch_mb_s(), 1),
+                        vs(r),
+                        opt(r.cpu_per_gb(), 2),
+                        opt(r.target_cpu_per_gb(), 2),
+                        per_batch(&r.target_tally),
+                        match &r.first {
+                            Some(f) => {
+                                format!("{:.2} s; {} / {}", f.secs, opt(f.cpu, 2), opt(f.target_cpu, 2))
+                            }
+                            None => "?".into(),
+                        },
+                    ]),
+                    Err(e) => rows.push(vec![
+                        c.title(),
+                        peer.title().into(),
+                        na(e),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                    ]),
+                }
+            }
+        }
+        print_table(
+            &[
+                "case",
+                "mirror",
+                "MB/s",
+                "batch MB/s",
+                "x limit (LAN) / link (WAN)",
+                "mirror CPU s/GB",
+                "target broker CPU s/GB",
+                "records (bytes) per batch on the target",
+                "start-up: s; mirror / target CPU s",
+            ],
+            &rows,
+        );
+        println!();
+
+        // The ratios, one column per case.
+        let titles: Vec<String> = cases.iter().map(|c| c.title()).collect();
+        let mut header: Vec<&str> = vec!["ratio (goal)"];
+        header.extend(titles.iter().map(String::as_str));
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        type Cell<'a> = Box<dyn Fn(&CaseResult) -> Option<String> + 'a>;
+        let mut row = |name: String, cell: Cell<'_>| {
+            let mut r = vec![name];
+            r.extend(cases.iter().map(|c| cell(c).unwrap_or_else(|| "n/a".into())));
+            rows.push(r);
         };
-        line(header);
-        let rule = widths.map(|w| "-".repeat(w));
-        line([&rule[0], &rule[1], &rule[2], &rule[3]]);
-        for row in &rows {
-            line([&row[0], &row[1], &row[2], &row[3]]);
+        let goal = |x: f64, ok: Option<bool>| match ok {
+            Some(ok) => format!("{} {}", ratio(x), verdict(ok)),
+            None => ratio(x),
+        };
+        if kind == Kind::Kafka {
+            row(
+                "MB per mirror CPU s, Strait / MM2 (>= 3)".into(),
+                Box::new(|c| {
+                    let x = c.mirror(Peer::Strait)?.mb_per_cpu_s()? / c.mirror(Peer::Mm2)?.mb_per_cpu_s()?;
+                    Some(goal(x, Some(x >= 3.0)))
+                }),
+            );
+            row(
+                "MB/s, Strait / MM2 (>= 1 LAN, >= 1.2 WAN)".into(),
+                Box::new(|c| {
+                    let x = c.mirror(Peer::Strait)?.mb_s() / c.mirror(Peer::Mm2)?.mb_s();
+                    let want = if c.net == Net::Lan { 1.0 } else { 1.2 };
+                    Some(goal(x, Some(x >= want)))
+                }),
+            );
+            row(
+                "target broker CPU s per GB, Strait / MM2 (<= 1)".into(),
+                Box::new(|c| {
+                    let x = c.mirror(Peer::Strait)?.target_cpu_per_gb()?
+                        / c.mirror(Peer::Mm2)?.target_cpu_per_gb()?;
+                    Some(goal(x, Some(x <= 1.0)))
+                }),
+            );
+            row(
+                "  the same three, second half of the copy".into(),
+                Box::new(|c| {
+                    let s = c.mirror(Peer::Strait)?.second_half()?;
+                    let m = c.mirror(Peer::Mm2)?.second_half()?;
+                    Some(format!(
+                        "{} / {} / {}",
+                        ratio(s.mb_per_cpu_s()? / m.mb_per_cpu_s()?),
+                        ratio(s.mb_s() / m.mb_s()),
+                        ratio(s.target_cpu_per_gb()? / m.target_cpu_per_gb()?)
+                    ))
+                }),
+            );
         }
-        for (i, r) in reasons.iter().enumerate() {
-            println!("[{}] {r}", i + 1);
+        row(
+            "MB/s, Strait / librdkafka".into(),
+            Box::new(|c| {
+                Some(ratio(
+                    c.mirror(Peer::Strait)?.mb_s() / c.mirror(Peer::Rdkafka)?.mb_s(),
+                ))
+            }),
+        );
+        row(
+            "MB per mirror CPU s, Strait / librdkafka".into(),
+            Box::new(|c| {
+                Some(ratio(
+                    c.mirror(Peer::Strait)?.mb_per_cpu_s()? / c.mirror(Peer::Rdkafka)?.mb_per_cpu_s()?,
+                ))
+            }),
+        );
+        row(
+            "target broker CPU s per GB, Strait / librdkafka".into(),
+            Box::new(|c| {
+                Some(ratio(
+                    c.mirror(Peer::Strait)?.target_cpu_per_gb()?
+                        / c.mirror(Peer::Rdkafka)?.target_cpu_per_gb()?,
+                ))
+            }),
+        );
+        row(
+            "MB/s, Strait / fetch limit (>= 0.8 LAN)".into(),
+            Box::new(|c| {
+                let x = c.mirror(Peer::Strait)?.mb_s() / c.limit.as_ref().ok()?.mb_s();
+                Some(goal(x, (c.net == Net::Lan).then_some(x >= 0.8)))
+            }),
+        );
+        row(
+            "batch MB/s, Strait / link (>= 0.8 WAN)".into(),
+            Box::new(|c| {
+                if c.net != Net::Wan {
+                    return Some("-".into());
+                }
+                let x = c.mirror(Peer::Strait)?.batch_mb_s()? / link;
+                Some(goal(x, Some(x >= 0.8)))
+            }),
+        );
+        print_table(&header, &rows);
+        println!();
+    }
+    if let Some(skipped) = wan_skipped {
+        println!(
+            "WAN ({} Mbit/s, {} ms RTT): skipped: {skipped}",
+            knobs.wan_mbit, knobs.wan_rtt_ms
+        );
+    } else {
+        let budget = 50.0 + knobs.wan_rtt_ms as f64;
+        match latency {
+            Ok(l) => {
+                println!(
+                    "WAN ({} Mbit/s, {} ms RTT) replication latency through the Strait mirror, {} records/s for \
+                     {} s, {}: read on the target minus CreateTime p50 {:.0} ms, p99 {:.0} ms (max {:.0}): \
+                     p99 < {budget:.0} ms {}; strait_mirror_replication_latency_seconds p50 <= {}, p99 <= {} \
+                     (bucket bounds; first record of each batch)",
+                    knobs.wan_mbit,
+                    knobs.wan_rtt_ms,
+                    knobs.latency_rate,
+                    knobs.latency_secs,
+                    knobs.brokers[0].title(),
+                    l.p50,
+                    l.p99,
+                    l.max,
+                    verdict(l.p99 < budget),
+                    bound(l.hist_p50),
+                    bound(l.hist_p99)
+                );
+            }
+            Err(e) => println!("WAN replication latency: {}", na(e)),
         }
+    }
+    for (i, r) in reasons.iter().enumerate() {
+        println!("[{}] {r}", i + 1);
     }
 }
 
@@ -2310,8 +3705,8 @@ fn print_log_summary(work: &Path) {
         if flagged.is_empty() {
             println!("{name}: no WARN/ERROR lines");
         } else {
-            println!("{name}: {} WARN/ERROR lines, first 5:", flagged.len());
-            for l in flagged.iter().take(5) {
+            println!("{name}: {} WARN/ERROR lines, first 3:", flagged.len());
+            for l in flagged.iter().take(3) {
                 println!("  {l}");
             }
         }
