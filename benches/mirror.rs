@@ -1347,7 +1347,7 @@ impl Broker {
             let controller_port = support::free_port();
             let properties = write_kafka_properties(dir, port, controller_port, false)?;
             if attempt == 0 {
-                format_kafka(ctx, dir, &properties, cluster_id)?;
+                format_kafka(dir, &properties, cluster_id)?;
             }
             match spawn_kafka(ctx, name, dir, &properties, port, controller_port, None) {
                 Ok(b) => return Ok(b),
@@ -1396,46 +1396,17 @@ impl Broker {
 /// with a replication factor of 1 everywhere; returns its path.
 fn write_kafka_properties(dir: &Path, port: u16, controller_port: u16, any_address: bool) -> Res<PathBuf> {
     let host = if any_address { "0.0.0.0" } else { "127.0.0.1" };
-    let lines = [
-        "# written by benches/mirror.rs: one combined KRaft node".to_owned(),
-        "node.id=1".into(),
-        "process.roles=broker,controller".into(),
-        format!("controller.quorum.voters=1@127.0.0.1:{controller_port}"),
-        "controller.listener.names=CONTROLLER".into(),
-        format!("listeners=PLAINTEXT://{host}:{port},CONTROLLER://127.0.0.1:{controller_port}"),
-        format!("advertised.listeners=PLAINTEXT://127.0.0.1:{port}"),
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
-        "inter.broker.listener.name=PLAINTEXT".into(),
-        format!("log.dirs={}/data", dir.display()),
-        "auto.create.topics.enable=false".into(),
-        "num.partitions=1".into(),
-        "group.initial.rebalance.delay.ms=0".into(),
-        "offsets.topic.replication.factor=1".into(),
-        "offsets.topic.num.partitions=4".into(),
-        "transaction.state.log.replication.factor=1".into(),
-        "transaction.state.log.min.isr=1".into(),
-        "transaction.state.log.num.partitions=4".into(),
-        "share.coordinator.state.topic.replication.factor=1".into(),
-        "share.coordinator.state.topic.min.isr=1".into(),
-        "share.coordinator.state.topic.num.partitions=1".into(),
-    ];
+    let mut lines =
+        support::kafka::combined_node_properties(host, port, port, controller_port, &dir.join("data"));
+    lines.push("auto.create.topics.enable=false".into());
     let path = dir.join("server.properties");
     fs::write(&path, lines.join("\n") + "\n").map_err(|e| format!("writing {}: {e}", path.display()))?;
     Ok(path)
 }
 
 /// `kafka-storage.sh format` for a new node.
-fn format_kafka(ctx: &Ctx, dir: &Path, properties: &Path, cluster_id: &str) -> Res<()> {
-    let out = Command::new("java")
-        .args(["-Xmx256m", "-cp", &support::kafka::kafka_classpath()])
-        .arg(format!(
-            "-Dlog4j2.configurationFile={}",
-            ctx.work.join("log4j2.properties").display()
-        ))
-        .args(["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c"])
-        .arg(properties)
-        .env_remove("LD_LIBRARY_PATH")
-        .stdin(Stdio::null())
+fn format_kafka(dir: &Path, properties: &Path, cluster_id: &str) -> Res<()> {
+    let out = support::kafka::format_command(properties, cluster_id)
         .output()
         .map_err(|e| format!("running kafka.tools.StorageTool: {e}"))?;
     if !out.status.success() {

@@ -1265,9 +1265,9 @@ logger.server.level=INFO
 /// Apache Kafka (the jars `scripts/peers` installs, the tests' harness's
 /// classpath), one combined broker and controller (KRaft) on loopback, with
 /// its data in `dir`, advertising `advertised` (the relay's port) if given,
-/// else its own port. Not `support::kafka::Kafka::start`: that generates
-/// `advertised.listeners` from the listener's port, and the WAN case needs
-/// the relay's.
+/// else its own port (its properties are the harness's,
+/// `support::kafka::combined_node_properties`; not `Kafka::start`, whose
+/// broker advertises its own port where the WAN case needs the relay's).
 fn start_kafka(dir: &Path, advertised: Option<u16>) -> Res<(Proc, u16)> {
     let classpath = std::panic::catch_unwind(support::kafka::kafka_classpath)
         .map_err(|_| "Kafka's jars are not installed (scripts/peers installs them)".to_owned())?;
@@ -1281,41 +1281,18 @@ fn start_kafka(dir: &Path, advertised: Option<u16>) -> Res<(Proc, u16)> {
         }
     };
     let properties = dir.join("kafka.properties");
-    let lines = [
-        "process.roles=broker,controller".to_owned(),
-        "node.id=1".into(),
-        format!("controller.quorum.voters=1@127.0.0.1:{controller}"),
-        format!("listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}"),
-        format!(
-            "advertised.listeners=PLAINTEXT://127.0.0.1:{}",
-            advertised.unwrap_or(port)
-        ),
-        "controller.listener.names=CONTROLLER".into(),
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
-        "inter.broker.listener.name=PLAINTEXT".into(),
-        format!("log.dirs={}", data.display()),
-        "num.partitions=1".into(),
-        "group.initial.rebalance.delay.ms=0".into(),
-        "offsets.topic.num.partitions=4".into(),
-        "offsets.topic.replication.factor=1".into(),
-        "transaction.state.log.num.partitions=4".into(),
-        "transaction.state.log.replication.factor=1".into(),
-        "transaction.state.log.min.isr=1".into(),
-        "share.coordinator.state.topic.num.partitions=1".into(),
-        "share.coordinator.state.topic.replication.factor=1".into(),
-        "share.coordinator.state.topic.min.isr=1".into(),
-    ];
+    let lines = support::kafka::combined_node_properties(
+        "127.0.0.1",
+        port,
+        advertised.unwrap_or(port),
+        controller,
+        &data,
+    );
     fs::write(&properties, lines.join("\n") + "\n")
         .map_err(|e| format!("writing {}: {e}", properties.display()))?;
     let log4j = dir.join("kafka-log4j2.properties");
     fs::write(&log4j, KAFKA_LOG4J).map_err(|e| format!("writing {}: {e}", log4j.display()))?;
-    let format = Command::new("java")
-        .args(["-Xmx256m", "-cp", &classpath])
-        .arg(format!("-Dlog4j2.configurationFile={}", log4j.display()))
-        .args(["kafka.tools.StorageTool", "format", "-t", KAFKA_CLUSTER_ID, "-c"])
-        .arg(&properties)
-        .env_remove("LD_LIBRARY_PATH")
-        .stdin(Stdio::null())
+    let format = support::kafka::format_command(&properties, KAFKA_CLUSTER_ID)
         .output()
         .map_err(|e| format!("running kafka.tools.StorageTool: {e}"))?;
     if !format.status.success() {

@@ -167,42 +167,20 @@ impl Kafka {
             .keep();
         fs::write(dir.join("log4j2.properties"), LOG4J).unwrap();
         let controller_port = free_port();
-        let voters = format!("controller.quorum.voters=1@127.0.0.1:{controller_port}");
-        let common = |node: i32| -> Vec<String> {
-            let mut lines = vec![
-                format!("node.id={node}"),
-                voters.clone(),
-                "controller.listener.names=CONTROLLER".into(),
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
-                "inter.broker.listener.name=PLAINTEXT".into(),
-                format!("log.dirs={}/data-{node}", dir.display()),
-                "group.initial.rebalance.delay.ms=0".into(),
-                "num.partitions=1".into(),
-                "log.segment.bytes=16777216".into(),
-                "offsets.topic.num.partitions=4".into(),
-                "transaction.state.log.num.partitions=4".into(),
-                "share.coordinator.state.topic.num.partitions=1".into(),
-            ];
-            if brokers == 0 {
-                lines.extend([
-                    "offsets.topic.replication.factor=1".into(),
-                    "transaction.state.log.replication.factor=1".into(),
-                    "transaction.state.log.min.isr=1".into(),
-                    "share.coordinator.state.topic.replication.factor=1".into(),
-                    "share.coordinator.state.topic.min.isr=1".into(),
-                ]);
-            }
+        // Small segments: a test's data is little, and compaction needs
+        // rolled segments.
+        let segments = "log.segment.bytes=16777216".to_owned();
+        let common = |node: i32| {
+            let mut lines = node_properties(node, controller_port, &dir.join(format!("data-{node}")), false);
+            lines.push(segments.clone());
             lines
         };
         let mut nodes = Vec::new();
         if brokers == 0 {
             let port = free_port();
-            let mut lines = common(1);
-            lines.extend([
-                "process.roles=broker,controller".into(),
-                format!("listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}"),
-                format!("advertised.listeners=PLAINTEXT://127.0.0.1:{port}"),
-            ]);
+            let mut lines =
+                combined_node_properties("127.0.0.1", port, port, controller_port, &dir.join("data-1"));
+            lines.push(segments.clone());
             lines.extend(extra.iter().map(|s| s.to_string()));
             nodes.push(Node::write(&dir, 1, port, lines, "512m"));
         } else {
@@ -228,14 +206,8 @@ impl Kafka {
         let cluster_id = "c3RyYWl0LXRlc3RzLWthZmthMQ"; // 22 base64 characters
         std::thread::scope(|s| {
             for n in &nodes {
-                let cp = format!("{}/*", libs.display());
                 s.spawn(move || {
-                    let out = Command::new("java")
-                        .args(["-Xmx256m", "-cp", &cp, "kafka.tools.StorageTool", "format"])
-                        .args(["-t", cluster_id, "-c"])
-                        .arg(&n.properties)
-                        .env_remove("LD_LIBRARY_PATH")
-                        .stdin(Stdio::null())
+                    let out = format_command(&n.properties, cluster_id)
                         .output()
                         .expect("running kafka.tools.StorageTool");
                     assert!(
@@ -492,6 +464,76 @@ impl Kafka {
         }
         self.tool("org.apache.kafka.tools.TopicCommand", &args);
     }
+}
+
+/// The `server.properties` lines every node of a cluster shares: node
+/// `node` of a quorum whose one voter is 127.0.0.1:`controller`, its data
+/// in `data`, and with `single` (one broker) internal topics of one
+/// replica.
+fn node_properties(node: i32, controller: u16, data: &Path, single: bool) -> Vec<String> {
+    let mut lines = vec![
+        format!("node.id={node}"),
+        format!("controller.quorum.voters=1@127.0.0.1:{controller}"),
+        "controller.listener.names=CONTROLLER".into(),
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
+        "inter.broker.listener.name=PLAINTEXT".into(),
+        format!("log.dirs={}", data.display()),
+        "group.initial.rebalance.delay.ms=0".into(),
+        "num.partitions=1".into(),
+        "offsets.topic.num.partitions=4".into(),
+        "transaction.state.log.num.partitions=4".into(),
+        "share.coordinator.state.topic.num.partitions=1".into(),
+    ];
+    if single {
+        lines.extend([
+            "offsets.topic.replication.factor=1".into(),
+            "transaction.state.log.replication.factor=1".into(),
+            "transaction.state.log.min.isr=1".into(),
+            "share.coordinator.state.topic.replication.factor=1".into(),
+            "share.coordinator.state.topic.min.isr=1".into(),
+        ]);
+    }
+    lines
+}
+
+/// The `server.properties` lines of one combined broker+controller
+/// (KRaft) node: clients' listener on `host:port`, advertised as
+/// 127.0.0.1:`advertised` (a relay's port, say), the controller on
+/// 127.0.0.1:`controller`, its data in `data`. The tests' single nodes
+/// and the benchmarks' brokers are all written by this.
+pub fn combined_node_properties(
+    host: &str,
+    port: u16,
+    advertised: u16,
+    controller: u16,
+    data: &Path,
+) -> Vec<String> {
+    let mut lines = node_properties(1, controller, data, true);
+    lines.extend([
+        "process.roles=broker,controller".into(),
+        format!("listeners=PLAINTEXT://{host}:{port},CONTROLLER://127.0.0.1:{controller}"),
+        format!("advertised.listeners=PLAINTEXT://127.0.0.1:{advertised}"),
+    ]);
+    lines
+}
+
+/// `kafka.tools.StorageTool format` of the node configured by
+/// `properties` into cluster `cluster_id` (22 base64 characters), as a
+/// command to run.
+pub fn format_command(properties: &Path, cluster_id: &str) -> Command {
+    let mut cmd = Command::new("java");
+    cmd.args([
+        "-Xmx256m",
+        "-cp",
+        &kafka_classpath(),
+        "kafka.tools.StorageTool",
+        "format",
+    ])
+    .args(["-t", cluster_id, "-c"])
+    .arg(properties)
+    .env_remove("LD_LIBRARY_PATH")
+    .stdin(Stdio::null());
+    cmd
 }
 
 /// Metadata v12 (every topic) from the broker at `port`, or `None` if it
