@@ -281,23 +281,33 @@ fn summary(group: &Value) -> String {
     g.to_string()
 }
 
+/// Runs [`Load`] through Strait on a new topic named after `name` while
+/// `failure` happens to the cluster (given the topic's name on Kafka), then
+/// checks that every acknowledged record is on Kafka once and that the
+/// group missed nothing and got nothing twice.
+fn under_load(name: &str, failure: impl FnOnce(&Drill, &str)) {
+    let drill = Drill::start();
+    let (topic, client_topic) = drill.topic(name);
+    let mut load = Load::start(&drill, &client_topic);
+    load.wait_started();
+    failure(&drill, &topic);
+    let (acked, group) = load.finish();
+    assert_once_on_kafka(drill.kafka, &topic, &acked);
+    assert_group_saw_all(&group, &acked);
+}
+
 /// The leader of a routed partition is SIGKILLed under the load and
 /// started again 5 s later: every acknowledged record is on Kafka once,
 /// the group misses nothing, and no client gives up.
 #[test]
 fn a_partition_leader_killed_under_load_loses_and_doubles_nothing() {
-    let drill = Drill::start();
-    let (topic, client_topic) = drill.topic("killed");
-    let mut load = Load::start(&drill, &client_topic);
-    load.wait_started();
-    let leader = drill.kafka.leader(&topic, 0);
-    eprintln!("SIGKILL broker {leader}, the leader of {topic}-0");
-    drill.kafka.kill(leader);
-    std::thread::sleep(Duration::from_secs(5));
-    drill.kafka.restart(leader);
-    let (acked, group) = load.finish();
-    assert_once_on_kafka(drill.kafka, &topic, &acked);
-    assert_group_saw_all(&group, &acked);
+    under_load("killed", |drill, topic| {
+        let leader = drill.kafka.leader(topic, 0);
+        eprintln!("SIGKILL broker {leader}, the leader of {topic}-0");
+        drill.kafka.kill(leader);
+        std::thread::sleep(Duration::from_secs(5));
+        drill.kafka.restart(leader);
+    });
 }
 
 /// A controlled shutdown (SIGTERM: the broker hands its leaders over
@@ -305,45 +315,40 @@ fn a_partition_leader_killed_under_load_loses_and_doubles_nothing() {
 /// leaders under the load: no client error, no duplicate.
 #[test]
 fn a_controlled_shutdown_and_a_preferred_leader_election_move_leaders_without_errors() {
-    let drill = Drill::start();
-    let (topic, client_topic) = drill.topic("moved");
-    let mut load = Load::start(&drill, &client_topic);
-    load.wait_started();
-    let leader = drill.kafka.leader(&topic, 1);
-    eprintln!("controlled shutdown of broker {leader}, the leader of {topic}-1");
-    drill.kafka.shutdown(leader);
-    assert_ne!(drill.kafka.leader(&topic, 1), leader, "the leader moved away");
-    std::thread::sleep(Duration::from_secs(2));
-    drill.kafka.restart(leader);
-    // Back in sync, then the preferred leader (the first replica) again.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = drill.kafka.tool(
-            "org.apache.kafka.tools.LeaderElectionCommand",
-            &[
-                "--bootstrap-server",
-                &drill.kafka.bootstrap(),
-                "--election-type",
-                "preferred",
-                "--topic",
-                &topic,
-                "--partition",
-                "1",
-            ],
-        );
-        eprintln!("leader election: {}", out.trim());
-        if drill.kafka.leader(&topic, 1) == leader {
-            break;
+    under_load("moved", |drill, topic| {
+        let leader = drill.kafka.leader(topic, 1);
+        eprintln!("controlled shutdown of broker {leader}, the leader of {topic}-1");
+        drill.kafka.shutdown(leader);
+        assert_ne!(drill.kafka.leader(topic, 1), leader, "the leader moved away");
+        std::thread::sleep(Duration::from_secs(2));
+        drill.kafka.restart(leader);
+        // Back in sync, then the preferred leader (the first replica) again.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = drill.kafka.tool(
+                "org.apache.kafka.tools.LeaderElectionCommand",
+                &[
+                    "--bootstrap-server",
+                    &drill.kafka.bootstrap(),
+                    "--election-type",
+                    "preferred",
+                    "--topic",
+                    topic,
+                    "--partition",
+                    "1",
+                ],
+            );
+            eprintln!("leader election: {}", out.trim());
+            if drill.kafka.leader(topic, 1) == leader {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{topic}-1 never went back to broker {leader}: {out}"
+            );
+            std::thread::sleep(Duration::from_secs(1));
         }
-        assert!(
-            Instant::now() < deadline,
-            "{topic}-1 never went back to broker {leader}: {out}"
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    let (acked, group) = load.finish();
-    assert_once_on_kafka(drill.kafka, &topic, &acked);
-    assert_group_saw_all(&group, &acked);
+    });
 }
 
 /// Two of a partition's three replicas stopped: `min.insync.replicas=2` is

@@ -136,6 +136,8 @@ impl Kafka {
 
     /// The three-broker cluster of this test process (started on first
     /// use): replication factor 3 and `min.insync.replicas=2` by default.
+    /// (Topics made with `--replica-assignment` did not take the brokers'
+    /// `min.insync.replicas` in these runs: give it as a topic config.)
     pub fn cluster() -> &'static Kafka {
         static CLUSTER: OnceLock<Kafka> = OnceLock::new();
         CLUSTER.get_or_init(|| {
