@@ -140,6 +140,8 @@ impl Load {
                 "90",
                 "-X",
                 "enable.idempotence=true",
+                "-X",
+                "debug=eos",
             ],
         );
         let java = spawn_client(

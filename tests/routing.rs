@@ -786,9 +786,12 @@ fn an_upstream_killed_and_restarted_mid_stream_loses_no_acknowledged_record() {
     let stored = dump(&upstream.bootstrap(), "outage", acked.len());
     let mut lost = Vec::new();
     for ((p, o), value) in &acked {
-        let found = stored
-            .get(&p.to_string())
-            .and_then(|records| records.iter().find(|r| r[0].as_i64() == Some(*o)));
+        // Acknowledged without an offset (o < 0): found by its value.
+        let found = stored.get(&p.to_string()).and_then(|records| {
+            records
+                .iter()
+                .find(|r| r[0].as_i64() == Some(*o) || (*o < 0 && r[2].as_str() == Some(value.as_str())))
+        });
         if found.and_then(|r| r[2].as_str()) != Some(value.as_str()) {
             lost.push(format!("p{p}@{o} {value}: {found:?}"));
         }
@@ -1047,4 +1050,55 @@ fn upstream_topic_ids_reach_clients_without_colliding() {
         "another Strait maps the same way"
     );
     assert_eq!(id_of(two.port(), "alias.t"), alias);
+
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::FetchRequest;
+    use kafka_protocol::ResponseError;
+    // A Fetch by ids (v17, as the Java client sends it): each topic's
+    // records under the id it was asked by; an id of nothing gets
+    // UNKNOWN_TOPIC_ID. The second Strait finds the upstream ids without
+    // having handed them out.
+    let mut c = raw::Conn::open(one.port(), "ids");
+    for (topic, value) in [("east.t", "upstream record"), ("local-ids", "local record")] {
+        let (code, _) = c.produce(topic, 0, &raw::idempotent_batch(-1, -1, -1, &[value]), 5000);
+        assert_eq!(code, 0, "producing to {topic}");
+    }
+    let nowhere = uuid::Uuid::from_u128(0x5eed);
+    let by_id = |id: uuid::Uuid| {
+        FetchTopic::default()
+            .with_topic_id(id)
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])
+    };
+    // More than there is: every part answers (after its long poll).
+    let request = FetchRequest::default()
+        .with_max_wait_ms(1000)
+        .with_min_bytes(1 << 20)
+        .with_max_bytes(4 << 20)
+        .with_topics(vec![by_id(east), by_id(local), by_id(nowhere), by_id(alias)]);
+    for port in [one.port(), two.port()] {
+        let answer = raw::Conn::open(port, "ids").fetch_at(&request, 17);
+        let of = |id: uuid::Uuid| {
+            let topic = answer
+                .responses
+                .iter()
+                .find(|t| t.topic_id == id)
+                .unwrap_or_else(|| panic!("no answer for {id} in {answer:?}"));
+            assert_eq!(topic.partitions.len(), 1, "{topic:?}");
+            let p = &topic.partitions[0];
+            (p.error_code, raw::record_values(p.records.as_ref()))
+        };
+        let upstream_record = (0, vec!["upstream record".to_owned()]);
+        assert_eq!(of(east), upstream_record, "east.t from {port}");
+        assert_eq!(of(alias), upstream_record, "alias.t from {port}");
+        // The local topic is the first Strait's own.
+        if port == one.port() {
+            assert_eq!(of(local), (0, vec!["local record".to_owned()]));
+        } else {
+            assert_eq!(of(local), (ResponseError::UnknownTopicId.code(), vec![]));
+        }
+        assert_eq!(of(nowhere), (ResponseError::UnknownTopicId.code(), vec![]));
+    }
 }

@@ -1,10 +1,9 @@
 //! Which APIs and versions Strait answers, and the ApiVersions response.
 //!
 //! Only what is really handled is advertised. Versions that need features
-//! Strait does not have yet are left out on purpose: Produce v12+ and
-//! Fetch v13+ (transactions v2, topic ids in Fetch), OffsetCommit and
-//! OffsetFetch v9+ (KIP-848 member epochs), InitProducerId v5+,
-//! ListOffsets v7+ (the max-timestamp query).
+//! Strait does not have yet are left out on purpose: Produce v12+
+//! (transactions v2), OffsetCommit and OffsetFetch v9+ (KIP-848 member
+//! epochs), InitProducerId v5+, ListOffsets v7+ (the max-timestamp query).
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
@@ -13,7 +12,7 @@ use kafka_protocol::ResponseError;
 /// `(api, min, max)` of every API Strait handles.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 11),
-    (ApiKey::Fetch, 4, 12),
+    (ApiKey::Fetch, 4, 17),
     (ApiKey::ListOffsets, 1, 6),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::OffsetCommit, 2, 8),

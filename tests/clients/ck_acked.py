@@ -11,6 +11,10 @@ printed, and stdout flushed, as soon as its delivery report arrives:
 
   ACKED <partition> <offset> <value>
 
+(offset -1 when librdkafka acknowledged the record without one: an
+idempotent batch whose answer was lost, implicitly acked once a later
+batch of its partition succeeded).
+
 A failed delivery is printed as 'FAILED <error name> <value>'. At the end
 (not when killed) one JSON line:
 
@@ -62,11 +66,24 @@ def main(t0):
         "message.timeout.ms": int(a.message_timeout * 1000),
         "reconnect.backoff.max.ms": 500,
     }
-    conf.update(parse_kv(a.extra))
-    p = Producer(conf)
-
     state = {"acked": 0, "failed": 0, "errors": [], "stop": None}
     out = sys.stdout
+
+    def on_error(err):
+        # Without an error_cb a fatal error (an idempotent producer's
+        # sequence desynchronisation) only surfaces as an obscure exception
+        # from poll(); here it is printed and stops producing.
+        line = "%s: %s" % (err.name(), err.str())
+        print("ERROR%s %s" % (" (fatal)" if err.fatal() else "", line), file=sys.stderr, flush=True)
+        if err.fatal():
+            if len(state["errors"]) < 20:
+                state["errors"].append("fatal " + line)
+            if state["stop"] is None:
+                state["stop"] = "error"
+
+    conf["error_cb"] = on_error
+    conf.update(parse_kv(a.extra))
+    p = Producer(conf)
 
     def on_delivery(err, msg):
         value = msg.value().decode()
@@ -79,7 +96,11 @@ def main(t0):
                 state["stop"] = "error"
         else:
             state["acked"] += 1
-            out.write("ACKED %d %d %s\n" % (msg.partition(), msg.offset(), value))
+            # librdkafka acknowledges an idempotent batch whose answer was
+            # lost once a later one succeeds ("implicitly acked"), without
+            # an offset: None here, -1 on the line.
+            offset = msg.offset()
+            out.write("ACKED %d %d %s\n" % (msg.partition(), -1 if offset is None else offset, value))
         out.flush()
 
     def on_signal(_signum, _frame):

@@ -1352,17 +1352,26 @@ pub fn dump(
         .collect()
 }
 
-/// What `ck_acked.py` acknowledged: (partition, offset) -> value.
+/// What `ck_acked.py` acknowledged: (partition, offset) -> value. An
+/// offset below 0 stands for a record acknowledged without one (librdkafka
+/// acknowledges an idempotent batch whose answer was lost once a later
+/// batch succeeds): look it up by its value.
 pub type Acked = std::collections::BTreeMap<(i64, i64), String>;
 
 /// Parses the `ACKED <partition> <offset> <value>` lines of `ck_acked.py`,
 /// refusing two acknowledgements of one offset.
 pub fn acked(lines: &[String]) -> Acked {
     let mut out = Acked::new();
+    let mut unknown = 0;
     for l in lines.iter().filter(|l| l.starts_with("ACKED ")) {
         let f: Vec<&str> = l.split(' ').collect();
         assert_eq!(f.len(), 4, "bad line {l:?}");
-        let key = (f[1].parse().unwrap(), f[2].parse().unwrap());
+        let mut key: (i64, i64) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+        if key.1 < 0 {
+            // Acknowledged without an offset: a key of its own below 0.
+            unknown += 1;
+            key.1 = -unknown;
+        }
         if let Some(before) = out.insert(key, f[3].to_string()) {
             panic!(
                 "two acknowledgements for p{}@{}: {before} and {}",

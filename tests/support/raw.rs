@@ -13,7 +13,9 @@ use kafka_protocol::messages::{
     RequestHeader, ResponseHeader, SaslHandshakeRequest, SaslHandshakeResponse, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 
 /// A raw Kafka connection.
 pub struct Conn {
@@ -161,10 +163,15 @@ impl Conn {
 
     /// Sends a Fetch v12 and reads its answer.
     pub fn fetch(&mut self, req: &FetchRequest) -> FetchResponse {
-        let (id, f) = self.frame(ApiKey::Fetch, 12, 12, req);
+        self.fetch_at(req, 12)
+    }
+
+    /// Sends a Fetch at `version` and reads its answer.
+    pub fn fetch_at(&mut self, req: &FetchRequest, version: i16) -> FetchResponse {
+        let (id, f) = self.frame(ApiKey::Fetch, version, version, req);
         self.send_raw(&f);
-        let body = self.read(ApiKey::Fetch, 12, id);
-        let r = FetchResponse::decode(&mut &body[..], 12).expect("Fetch response");
+        let body = self.read(ApiKey::Fetch, version, id);
+        let r = FetchResponse::decode(&mut &body[..], version).expect("Fetch response");
         assert_eq!(r.error_code, 0, "{r:?}");
         r
     }
@@ -274,6 +281,17 @@ pub fn idempotent_batch(pid: i64, epoch: i16, base_seq: i32, values: &[&str]) ->
     )
     .expect("encoding a batch");
     buf
+}
+
+/// The values of the records of a Fetch answer's `records` (as text).
+pub fn record_values(records: Option<&bytes::Bytes>) -> Vec<String> {
+    let mut buf = records.cloned().unwrap_or_default();
+    RecordBatchDecoder::decode_all(&mut buf)
+        .expect("decoding fetched batches")
+        .into_iter()
+        .flat_map(|set| set.records)
+        .map(|r| String::from_utf8_lossy(&r.value.unwrap_or_default()).into_owned())
+        .collect()
 }
 
 /// The headers of the record batches of partition 0 of `topic` from

@@ -165,7 +165,14 @@ impl Cluster {
         }
         let loaded = self.load_metadata().await;
         self.note_load(loaded.as_ref().err());
-        let fresh = Arc::new(loaded?);
+        let mut fresh = loaded?;
+        if let Some(cached) = self.cached_metadata() {
+            let kept = fresh.keep_newer_leaders(&cached);
+            if kept > 0 {
+                tracing::debug!(cluster = %self.inner.name, partitions = kept, "metadata answer behind on leader epochs: newer leaders kept");
+            }
+        }
+        let fresh = Arc::new(fresh);
         *self.inner.metadata.write().expect("metadata lock") = Some(fresh.clone());
         self.inner.stale.store(false, Ordering::Relaxed);
         tracing::debug!(cluster = %self.inner.name, brokers = fresh.brokers.len(), topics = fresh.topics.len(), "metadata loaded");

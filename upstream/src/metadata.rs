@@ -1,7 +1,7 @@
 //! A cluster's metadata as the upstream client keeps it: brokers by node id,
 //! and every topic's partitions with their leaders.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use kafka_protocol::messages::MetadataResponse;
 use kafka_protocol::ResponseError;
@@ -21,6 +21,8 @@ pub struct Metadata {
     pub brokers: BTreeMap<i32, String>,
     /// Every topic the cluster listed, by name.
     pub topics: BTreeMap<String, TopicMetadata>,
+    /// The names of the topics with an id (Metadata v10+), by id.
+    ids: HashMap<u128, String>,
     /// When this answer arrived.
     pub fetched_at: Instant,
 }
@@ -60,7 +62,7 @@ impl Metadata {
             .iter()
             .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
             .collect();
-        let topics = response
+        let topics: BTreeMap<String, TopicMetadata> = response
             .topics
             .iter()
             .filter_map(|t| {
@@ -85,7 +87,13 @@ impl Metadata {
                 Some((name, topic))
             })
             .collect();
+        let ids = topics
+            .iter()
+            .filter(|(_, t)| t.id != 0)
+            .map(|(name, t)| (t.id, name.clone()))
+            .collect();
         Metadata {
+            ids,
             cluster_id: response.cluster_id.as_ref().map(|c| c.to_string()),
             controller: Some(response.controller_id.0).filter(|id| *id >= 0),
             brokers,
@@ -117,6 +125,38 @@ impl Metadata {
         Ok(p.leader)
     }
 
+    /// Keeps `older`'s partition where it names a newer leader epoch than
+    /// this snapshot (of the same topic: the same id), as Kafka's clients
+    /// do (KIP-320). Brokers learn of leader changes at different times,
+    /// so a refresh answered by one that has not heard yet would send
+    /// requests back to a deposed leader; one that still thinks itself
+    /// leader would refuse an idempotent batch that the new leader's log
+    /// is ahead of as out of order, which clients take for fatal.
+    /// Returns how many partitions were kept.
+    pub fn keep_newer_leaders(&mut self, older: &Metadata) -> usize {
+        let mut kept = 0;
+        for (name, topic) in &mut self.topics {
+            let Some(before) = older.topics.get(name).filter(|t| t.id == topic.id) else {
+                continue;
+            };
+            for p in &mut topic.partitions {
+                let newer = before.partitions.iter().find(|b| {
+                    b.partition == p.partition && b.leader_epoch > p.leader_epoch && p.leader_epoch >= 0
+                });
+                if let Some(newer) = newer {
+                    *p = *newer;
+                    kept += 1;
+                }
+            }
+        }
+        kept
+    }
+
+    /// The name of the topic whose id is `id`, if the cluster listed it.
+    pub fn topic_named_by_id(&self, id: u128) -> Option<&str> {
+        self.ids.get(&id).map(String::as_str)
+    }
+
     /// How many partitions a topic has, if the cluster listed it without
     /// error.
     pub fn partition_count(&self, topic: &str) -> Option<usize> {
@@ -136,6 +176,40 @@ mod tests {
     use kafka_protocol::protocol::StrBytes;
 
     use super::*;
+
+    #[test]
+    fn a_stale_answer_does_not_move_a_leader_back() {
+        let response = |id: u128, leader, epoch| {
+            MetadataResponse::default().with_topics(vec![MetadataResponseTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str("orders"))))
+                .with_topic_id(uuid::Uuid::from_u128(id))
+                .with_partitions(vec![
+                    MetadataResponsePartition::default()
+                        .with_partition_index(0)
+                        .with_leader_id(BrokerId(leader))
+                        .with_leader_epoch(epoch),
+                    MetadataResponsePartition::default()
+                        .with_partition_index(1)
+                        .with_leader_id(BrokerId(3))
+                        .with_leader_epoch(1),
+                ])])
+        };
+        let newer = Metadata::from_response(&response(7, 3, 5));
+        // A broker that has not heard of epoch 5 yet.
+        let mut stale = Metadata::from_response(&response(7, 2, 4));
+        assert_eq!(newer.topic_named_by_id(7), Some("orders"));
+        assert_eq!(newer.topic_named_by_id(8), None);
+        assert_eq!(stale.keep_newer_leaders(&newer), 1);
+        assert_eq!(stale.leader("nj", "orders", 0), Ok(3));
+        assert_eq!(stale.topics["orders"].partitions[0].leader_epoch, 5);
+        // A later epoch wins; so does a topic made again (another id).
+        let mut later = Metadata::from_response(&response(7, 4, 6));
+        assert_eq!(later.keep_newer_leaders(&newer), 0);
+        assert_eq!(later.leader("nj", "orders", 0), Ok(4));
+        let mut remade = Metadata::from_response(&response(8, 2, 0));
+        assert_eq!(remade.keep_newer_leaders(&newer), 0);
+        assert_eq!(remade.leader("nj", "orders", 0), Ok(2));
+    }
 
     #[test]
     fn leaders_and_their_absence() {

@@ -14,6 +14,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 };
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use strait_spool::batch::{BatchHeader, Compression};
 use tokio::time::Instant;
@@ -241,7 +242,34 @@ impl Broker {
 
     /// Fetch with long polling: answers once `min_bytes` are there, or when
     /// `max_wait_ms` has passed, or at once on an error.
-    pub(super) async fn fetch(&self, req: FetchRequest, version: i16) -> FetchResponse {
+    pub(super) async fn fetch(&self, mut req: FetchRequest, version: i16) -> FetchResponse {
+        // From v13 on topics come by id (KIP-516): named here, and the
+        // answer carries the ids back.
+        let ids: Vec<uuid::Uuid> = req.topics.iter().map(|t| t.topic_id).collect();
+        if version >= 13 {
+            for t in &mut req.topics {
+                if t.topic.is_empty() {
+                    if let Some(found) = self.topics.by_id(t.topic_id) {
+                        t.topic = TopicName(StrBytes::from_string(found.name.to_string()));
+                    }
+                }
+            }
+        }
+        let mut response = self.fetch_named(&req, version).await;
+        if version >= 13 {
+            for (topic, id) in response.responses.iter_mut().zip(ids) {
+                topic.topic_id = id;
+                if topic.topic.is_empty() {
+                    for p in &mut topic.partitions {
+                        p.error_code = ResponseError::UnknownTopicId.code();
+                    }
+                }
+            }
+        }
+        response
+    }
+
+    async fn fetch_named(&self, req: &FetchRequest, version: i16) -> FetchResponse {
         let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
         let deadline = Instant::now() + wait;
         loop {
@@ -274,7 +302,7 @@ impl Broker {
             let stopping = self.stopping.notified();
             tokio::pin!(stopping);
             stopping.as_mut().enable();
-            let (response, bytes, errors) = self.fetch_once(&req, version).await;
+            let (response, bytes, errors) = self.fetch_once(req, version).await;
             if bytes >= req.min_bytes.max(0) as usize
                 || errors
                 || waits.is_empty()

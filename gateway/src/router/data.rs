@@ -33,7 +33,8 @@ use tokio::time::Instant;
 
 use super::scatter::{by_topic, in_order, land, land_all, Item, Via};
 use super::session::Session;
-use super::{name, partition_code, producer_id_code, Head, Pending, Router};
+use super::topic_ids::ByIds;
+use super::{name, partition_code, producer_id_code, Head, Pending, Place, Router};
 use crate::broker::Reply;
 
 /// How often a partition's request is sent again after its leader moved
@@ -87,6 +88,22 @@ impl Router {
                 if let Some(records) = item.data.take() {
                     sequenced |= BatchHeader::parse_whole(&records).is_ok_and(|h| h.producer_id >= 0);
                     match self.producers.rewrite(cluster, records).await {
+                        Ok(records)
+                            if !self
+                                .producers
+                                .in_order(c, &item.upstream, item.partition, &records) =>
+                        {
+                            tracing::debug!(cluster = %c, topic = %item.upstream, partition = item.partition, "held back: an earlier batch of its producer failed");
+                            let mut answer =
+                                produce_error(item.partition, ResponseError::NotLeaderOrFollower.code());
+                            if head.version >= 8 {
+                                answer.error_message = Some(StrBytes::from_static_str(
+                                    "an earlier batch of this producer failed: it goes first",
+                                ));
+                            }
+                            split.answers.insert((item.client, item.partition), answer);
+                            continue;
+                        }
                         Ok(records) => item.data = Some(records),
                         Err(e) => {
                             tracing::debug!(cluster = %c, error = %e, "no upstream producer id");
@@ -115,7 +132,22 @@ impl Router {
         // acks=0 gets no answer from a broker; upstream it is sent with
         // acks=1 so that the connection's answers stay matched.
         let upstream_acks = if acks == 0 { 1 } else { acks };
-        let build = move |group: &[Item<Option<Bytes>>]| produce_request(group, upstream_acks, timeout_ms);
+        // A leader holds a batch until its replicas have it or the
+        // request's timeout passes, then answers REQUEST_TIMED_OUT. Told to
+        // give up before Strait stops waiting for the answer, it answers,
+        // on a connection that stays up, rather than leave Strait to drop
+        // the connection and every other request on it (whose batches the
+        // leader may still append, after later ones sent on a new one).
+        let upstream_timeout_ms = split
+            .upstream
+            .keys()
+            .map(|c| self.cluster(c).options().connect.request_timeout * 4 / 5)
+            .min()
+            .map_or(timeout_ms, |patience| {
+                timeout_ms.min(i32::try_from(patience.as_millis()).unwrap_or(i32::MAX))
+            });
+        let build =
+            move |group: &[Item<Option<Bytes>>]| produce_request(group, upstream_acks, upstream_timeout_ms);
         let launched = self
             .launch_all(std::mem::take(&mut split.upstream), &mut Via::Shared, &build)
             .await;
@@ -153,6 +185,30 @@ impl Router {
                 }
             }
             for (item, result) in upstream_answers {
+                let batch = item.data.as_ref().and_then(|r| BatchHeader::parse_whole(r).ok());
+                let producer = batch.map(|h| {
+                    (
+                        h.producer_id,
+                        h.producer_epoch,
+                        h.base_sequence,
+                        h.last_offset_delta,
+                    )
+                });
+                match &result {
+                    Ok(p) if p.error_code == 0 => {
+                        tracing::trace!(topic = %item.upstream, partition = item.partition, offset = p.base_offset, ?producer, "produced");
+                    }
+                    failed => {
+                        let code = failed.as_ref().map_or(-1, |p| p.error_code);
+                        tracing::debug!(topic = %item.upstream, partition = item.partition, code, ?producer, "produce failed");
+                        if let (Some(records), Place::Upstream(cluster, _)) =
+                            (&item.data, self.place(&item.client))
+                        {
+                            self.producers
+                                .failed(&cluster, &item.upstream, item.partition, records);
+                        }
+                    }
+                }
                 let answer = match result {
                     Ok(p) => {
                         let mut out = produce_error(item.partition, p.error_code)
@@ -201,8 +257,16 @@ impl Router {
         &'a self,
         session: &mut Session,
         head: Head,
-        req: FetchRequest,
+        mut req: FetchRequest,
     ) -> Pending<'a> {
+        // From v13 on topics come by id (KIP-516); they are routed by the
+        // names the ids stand for, and answered with the ids again.
+        let by_ids = (head.version >= 13).then(|| {
+            let (named, by_ids) =
+                self.name_by_id(std::mem::take(&mut req.topics), |t| (&mut t.topic, t.topic_id));
+            req.topics = named;
+            by_ids
+        });
         let split = self.split(
             req.topics.clone(),
             |t| t.topic.to_string(),
@@ -312,6 +376,9 @@ impl Router {
                 }
             }
             within_max_bytes(&mut response.responses, max_bytes);
+            if let Some(by_ids) = by_ids {
+                with_topic_ids(&mut response, by_ids);
+            }
             Reply::Respond(Box::new(ResponseKind::Fetch(response)))
         })
     }
@@ -506,6 +573,28 @@ fn within_max_bytes(topics: &mut [FetchableTopicResponse], max_bytes: i32) {
         } else {
             total += len;
         }
+    }
+}
+
+/// A Fetch answer for a request by topic ids: each topic with the id the
+/// client named it by, and UNKNOWN_TOPIC_ID for ids that name no topic.
+fn with_topic_ids(response: &mut FetchResponse, by_ids: ByIds<FetchTopic>) {
+    for t in &mut response.responses {
+        if let Some(id) = by_ids.ids.get(t.topic.as_str()) {
+            t.topic_id = *id;
+        }
+    }
+    for unknown in by_ids.unknown {
+        let partitions = unknown
+            .partitions
+            .iter()
+            .map(|p| fetch_error(p.partition, ResponseError::UnknownTopicId.code()))
+            .collect();
+        response.responses.push(
+            FetchableTopicResponse::default()
+                .with_topic_id(unknown.topic_id)
+                .with_partitions(partitions),
+        );
     }
 }
 

@@ -28,6 +28,7 @@ mod offsets;
 mod producers;
 mod scatter;
 pub mod session;
+mod topic_ids;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -50,6 +51,7 @@ use crate::error::{kafka_code, Failure};
 use crate::versions;
 use producers::UpstreamProducers;
 use session::{Session, Ticket};
+use topic_ids::client_topic_id;
 
 /// The gateway's request handler: the local broker alone, or the local
 /// broker and upstream clusters behind routes.
@@ -83,6 +85,12 @@ const FORWARDED_DATA: &[ApiKey] = &[
     ApiKey::CreatePartitions,
     ApiKey::DescribeConfigs,
 ];
+
+/// Forwarded APIs whose newer versions the router answers by asking a
+/// cluster at an older one: a cluster that speaks `(api, version)` serves
+/// every version of `api` Strait advertises (Fetch v13+ names topics by
+/// id, which the router turns into names for the cluster's Fetch v12).
+const TRANSLATED: &[(ApiKey, i16)] = &[(ApiKey::Fetch, 12)];
 
 /// APIs forwarded to the clusters groups are delegated to.
 const FORWARDED_GROUPS: &[ApiKey] = &[
@@ -385,7 +393,9 @@ impl Router {
                 }
                 match theirs.get(*api) {
                     Ok(top) if top >= *min => {
-                        *max = (*max).min(top);
+                        if !TRANSLATED.iter().any(|&(a, v)| a == *api && top >= v) {
+                            *max = (*max).min(top);
+                        }
                         true
                     }
                     Ok(top) => {
@@ -632,21 +642,6 @@ fn upstream_topic(
         .with_partitions(partitions)
 }
 
-/// The id clients see for a topic whose id on `cluster` is `upstream`: the
-/// cluster's id XORed with a mask of 128 bits hashed from the cluster's
-/// name. Stable across restarts and instances (it depends on nothing
-/// else), different for the same topic reached through two cluster
-/// names, distinct across clusters and from local topics' random ids (a
-/// collision needs two random 128-bit values to meet), and reversible
-/// given the cluster. A cluster that gives no id (0) gives none.
-pub(crate) fn client_topic_id(cluster: &str, upstream: u128) -> uuid::Uuid {
-    if upstream == 0 {
-        return uuid::Uuid::nil();
-    }
-    let mask = twox_hash::XxHash3_128::oneshot(format!("strait topic ids of cluster {cluster}").as_bytes());
-    uuid::Uuid::from_u128(upstream ^ mask)
-}
-
 /// A topic name for a request or response.
 fn name(value: &str) -> TopicName {
     TopicName(StrBytes::from_string(value.to_owned()))
@@ -684,21 +679,4 @@ fn producer_id_code(e: &strait_upstream::UpstreamError) -> i16 {
 /// The code a client sees for an upstream failure of a group coordinator.
 fn coordinator_code(e: &strait_upstream::UpstreamError) -> i16 {
     kafka_code(Failure::Coordinator(e)).code()
-}
-
-#[cfg(test)]
-mod topic_id_tests {
-    use super::client_topic_id;
-
-    #[test]
-    fn client_topic_ids_are_stable_per_cluster_and_reversible() {
-        let upstream = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210_u128;
-        let east = client_topic_id("east", upstream);
-        assert_eq!(east, client_topic_id("east", upstream));
-        assert_ne!(east.as_u128(), upstream);
-        assert_ne!(east, client_topic_id("west", upstream));
-        assert!(client_topic_id("east", 0).is_nil());
-        // XOR twice with the same mask gives the cluster's id back.
-        assert_eq!(client_topic_id("east", east.as_u128()).as_u128(), upstream);
-    }
 }

@@ -10,6 +10,24 @@
 //! are the client's: a retried batch is deduplicated, a gap gets
 //! OUT_OF_ORDER_SEQUENCE_NUMBER, as on a single broker.
 //!
+//! A client that bumps its epoch itself (the Java client does, after a
+//! batch timed out) keeps its upstream producer id, bumped as much: Kafka
+//! then holds the new epoch to sequence 0 on every partition it wrote, as
+//! it would the client's own, rather than taking any first sequence from
+//! an unknown producer (which lets a batch in flight before the bump land
+//! after one sent after it).
+//!
+//! A proxy must also keep a producer's batches for one partition in order
+//! where a broker's connection would. Strait answers each request on its
+//! own, so a client pipelines batches to "the one broker" while an earlier
+//! one fails (its leader gone); a later batch reaching the new leader first
+//! is taken there, since a leader takes any first sequence from a producer
+//! it has no state for, and the earlier one is then refused for good. So
+//! once a sequenced batch failed, later batches of that producer and
+//! partition are answered NOT_LEADER_OR_FOLLOWER without being sent (not
+//! written; every client sends them again, in order) until the client sends
+//! the failed one again.
+//!
 //! The map lives in memory. A client that goes on with its producer id
 //! after Strait restarted gets a new upstream producer id, whose first
 //! sequence the upstream may refuse (OUT_OF_ORDER_SEQUENCE_NUMBER or
@@ -41,19 +59,50 @@ const CAPACITY: usize = 100_000;
 /// The transactional bit of a batch's attributes.
 const TRANSACTIONAL: i16 = 0x10;
 
-/// (cluster, client producer id, client epoch).
-type Key = (String, i64, i16);
+/// (cluster, client producer id).
+type Key = (String, i64);
 
 /// Upstream producer ids per client producer and cluster.
 #[derive(Debug, Default)]
 pub(super) struct UpstreamProducers {
     slots: Mutex<HashMap<Key, Slot>>,
+    /// Where each producer's partitions must go on from after a failure.
+    chains: Mutex<HashMap<Chain, Resume>>,
+}
+
+/// (cluster, upstream producer id, upstream epoch, topic, partition).
+type Chain = (String, i64, i16, String, i32);
+
+/// The base sequence of the earliest batch of a chain that failed and
+/// has not been sent again.
+#[derive(Debug)]
+struct Resume {
+    at: i32,
+    used: Instant,
 }
 
 #[derive(Debug)]
 struct Slot {
-    id: Arc<OnceCell<(i64, i16)>>,
+    id: Arc<OnceCell<Upstream>>,
     used: Instant,
+}
+
+/// A client producer's id on a cluster: the id and epoch the cluster gave,
+/// for the client epoch it was asked for.
+#[derive(Debug, Clone, Copy)]
+struct Upstream {
+    id: i64,
+    epoch: i16,
+    client_epoch: i16,
+}
+
+impl Upstream {
+    /// The upstream epoch for the client's `epoch`: bumped as often as the
+    /// client bumped its own; `None` below 0 or past the largest epoch.
+    fn epoch_for(&self, epoch: i16) -> Option<i16> {
+        let upstream = i32::from(self.epoch) + i32::from(epoch) - i32::from(self.client_epoch);
+        i16::try_from(upstream).ok().filter(|e| (0..i16::MAX).contains(e))
+    }
 }
 
 impl UpstreamProducers {
@@ -67,29 +116,49 @@ impl UpstreamProducers {
         producer_id: i64,
         epoch: i16,
     ) -> Result<(i64, i16), UpstreamError> {
-        let id = {
-            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-            let now = Instant::now();
-            let key = (cluster.name().to_owned(), producer_id, epoch);
-            if !slots.contains_key(&key) && slots.len() >= CAPACITY {
-                forget_oldest(&mut slots, now);
-            }
-            let slot = slots.entry(key).or_insert_with(|| Slot {
-                id: Arc::default(),
-                used: now,
-            });
-            slot.used = now;
-            Arc::clone(&slot.id)
-        };
+        let key = (cluster.name().to_owned(), producer_id);
+        let id = self.slot(&key, false);
         let deadline = Instant::now()
             + cluster
                 .options()
                 .connect
                 .request_timeout
                 .min(PRODUCER_ID_PATIENCE);
-        id.get_or_try_init(|| cluster.init_producer_id(deadline))
-            .await
-            .copied()
+        let init = || async {
+            let (id, upstream_epoch) = cluster.init_producer_id(deadline).await?;
+            Ok::<_, UpstreamError>(Upstream {
+                id,
+                epoch: upstream_epoch,
+                client_epoch: epoch,
+            })
+        };
+        let upstream = *id.get_or_try_init(init).await?;
+        if let Some(bumped) = upstream.epoch_for(epoch) {
+            return Ok((upstream.id, bumped));
+        }
+        // Out of epochs upstream: a producer id of its own, as for a
+        // client not seen before.
+        let fresh = self.slot(&key, true);
+        let upstream = *fresh.get_or_try_init(init).await?;
+        Ok((upstream.id, upstream.epoch_for(epoch).unwrap_or(upstream.epoch)))
+    }
+
+    /// The slot of `key` (a new one if `replace`), marked used now.
+    fn slot(&self, key: &Key, replace: bool) -> Arc<OnceCell<Upstream>> {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if replace {
+            slots.remove(key);
+        }
+        if !slots.contains_key(key) && slots.len() >= CAPACITY {
+            forget_oldest(&mut slots, now);
+        }
+        let slot = slots.entry(key.clone()).or_insert_with(|| Slot {
+            id: Arc::default(),
+            used: now,
+        });
+        slot.used = now;
+        Arc::clone(&slot.id)
     }
 
     /// `records` (a Produce partition's record batches) with the client's
@@ -119,6 +188,69 @@ impl UpstreamProducers {
     }
 }
 
+impl UpstreamProducers {
+    /// Whether `records` (already rewritten for `cluster`) may go to
+    /// `topic`-`partition` now: not if they are sequenced past a batch of
+    /// the same producer that failed and was not sent again. Sending that
+    /// one again lets the rest follow.
+    pub(super) fn in_order(&self, cluster: &str, topic: &str, partition: i32, records: &Bytes) -> bool {
+        let Some(key) = chain(cluster, topic, partition, records) else {
+            return true;
+        };
+        let mut chains = self.chains.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(resume) = chains.get(&key) else {
+            return true;
+        };
+        let base = sequence(records);
+        if base > resume.at {
+            return false;
+        }
+        if base == resume.at {
+            chains.remove(&key);
+        }
+        true
+    }
+
+    /// Notes that the batch `records` sent to `topic`-`partition` failed.
+    pub(super) fn failed(&self, cluster: &str, topic: &str, partition: i32, records: &Bytes) {
+        let Some(key) = chain(cluster, topic, partition, records) else {
+            return;
+        };
+        let base = sequence(records);
+        let mut chains = self.chains.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if !chains.contains_key(&key) && chains.len() >= CAPACITY {
+            chains.retain(|_, r| now.duration_since(r.used) < IDLE);
+            if chains.len() >= CAPACITY {
+                if let Some(oldest) = chains.iter().min_by_key(|(_, r)| r.used).map(|(k, _)| k.clone()) {
+                    chains.remove(&oldest);
+                }
+            }
+        }
+        let resume = chains.entry(key).or_insert(Resume { at: base, used: now });
+        resume.at = resume.at.min(base);
+        resume.used = now;
+    }
+}
+
+/// The chain of a sequenced (idempotent, not transactional) batch.
+fn chain(cluster: &str, topic: &str, partition: i32, records: &Bytes) -> Option<Chain> {
+    let header = BatchHeader::parse_whole(records).ok()?;
+    (header.producer_id >= 0 && header.attributes & TRANSACTIONAL == 0).then(|| {
+        (
+            cluster.to_owned(),
+            header.producer_id,
+            header.producer_epoch,
+            topic.to_owned(),
+            partition,
+        )
+    })
+}
+
+fn sequence(records: &Bytes) -> i32 {
+    BatchHeader::parse_whole(records).map_or(-1, |h| h.base_sequence)
+}
+
 /// Makes room: forgets producers idle for [`IDLE`], or else the one used
 /// longest ago.
 fn forget_oldest(slots: &mut HashMap<Key, Slot>, now: Instant) {
@@ -127,5 +259,80 @@ fn forget_oldest(slots: &mut HashMap<Key, Slot>, now: Instant) {
         if let Some(oldest) = slots.iter().min_by_key(|(_, s)| s.used).map(|(k, _)| k.clone()) {
             slots.remove(&oldest);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use strait_spool::batch::build::{batch_with, BatchSpec};
+
+    use super::{Upstream, UpstreamProducers};
+
+    fn batch(producer_id: i64, base_sequence: i32, attributes: i16) -> Bytes {
+        let spec = BatchSpec {
+            producer_id,
+            producer_epoch: 0,
+            base_sequence,
+            attributes,
+            ..BatchSpec::default()
+        };
+        Bytes::from(batch_with(spec, &[b"a", b"b"]))
+    }
+
+    #[test]
+    fn after_a_failed_batch_later_ones_wait_for_it() {
+        let producers = UpstreamProducers::default();
+        let ok = |seq| producers.in_order("east", "orders", 0, &batch(7, seq, 0));
+        assert!(ok(0) && ok(2) && ok(4));
+        producers.failed("east", "orders", 0, &batch(7, 4, 0));
+        producers.failed("east", "orders", 0, &batch(7, 2, 0));
+        // Past the earliest failure: not sent.
+        assert!(!ok(4));
+        assert!(!ok(6));
+        // Other partitions, clusters and producers go on.
+        assert!(producers.in_order("east", "orders", 1, &batch(7, 6, 0)));
+        assert!(producers.in_order("west", "orders", 0, &batch(7, 6, 0)));
+        assert!(producers.in_order("east", "orders", 0, &batch(8, 6, 0)));
+        // An older batch (its answer lost) goes, the failure still waits.
+        assert!(ok(0));
+        assert!(!ok(4));
+        // The failed one again, then the rest.
+        assert!(ok(2));
+        assert!(ok(4) && ok(6));
+        // Batches without a producer id, and transactional ones, are not
+        // held.
+        producers.failed("east", "orders", 0, &batch(-1, -1, 0));
+        assert!(producers.in_order("east", "orders", 0, &batch(-1, -1, 0)));
+        producers.failed("east", "orders", 0, &batch(7, 8, 0x10));
+        assert!(producers.in_order("east", "orders", 0, &batch(7, 10, 0x10)));
+    }
+
+    #[test]
+    fn client_epoch_bumps_bump_the_upstream_epoch() {
+        let upstream = Upstream {
+            id: 1001,
+            epoch: 3,
+            client_epoch: 0,
+        };
+        assert_eq!(upstream.epoch_for(0), Some(3));
+        assert_eq!(upstream.epoch_for(2), Some(5));
+        // An older epoch is an older one upstream too (which the cluster
+        // fences, as it would the client's); below 0 or past the largest
+        // epoch there is none.
+        assert_eq!(upstream.epoch_for(-1), Some(2));
+        let late = Upstream {
+            id: 1001,
+            epoch: 0,
+            client_epoch: 5,
+        };
+        assert_eq!(late.epoch_for(4), None);
+        let high = Upstream {
+            id: 1001,
+            epoch: i16::MAX - 2,
+            client_epoch: 0,
+        };
+        assert_eq!(high.epoch_for(1), Some(i16::MAX - 1));
+        assert_eq!(high.epoch_for(2), None);
     }
 }

@@ -208,7 +208,10 @@ fn settle<T, R, A>(
 ) -> Vec<(Item<T>, Result<A, UpstreamError>)> {
     let mut response = match answer {
         Ok(r) => r,
-        Err(e) => return group.into_iter().map(|i| (i, Err(e.clone()))).collect(),
+        Err(e) => {
+            tracing::debug!(cluster = %cluster.name(), node, ?api, error = %e, "request failed");
+            return group.into_iter().map(|i| (i, Err(e.clone()))).collect();
+        }
     };
     group
         .into_iter()
@@ -220,8 +223,15 @@ fn settle<T, R, A>(
                     detail: format!("no answer for {}-{}", item.upstream, item.partition),
                 }),
                 Some((a, code)) => match partition_result(cluster, &item, code) {
-                    Err(e) if moved(&e) => Err(e),
-                    _ => Ok(a),
+                    Err(e) => {
+                        tracing::debug!(cluster = %cluster.name(), node, ?api, error = %e, "partition refused");
+                        if moved(&e) {
+                            Err(e)
+                        } else {
+                            Ok(a)
+                        }
+                    }
+                    Ok(()) => Ok(a),
                 },
             };
             (item, result)
