@@ -2,6 +2,7 @@
 //! leader and merged back: Produce, Fetch, ListOffsets,
 //! OffsetForLeaderEpoch, DeleteRecords.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -31,10 +32,11 @@ use kafka_protocol::ResponseError;
 use strait_spool::batch::BatchHeader;
 use tokio::time::Instant;
 
+use super::producers::{self, ChainAt};
 use super::scatter::{by_topic, in_order, land, land_all, Item, Via};
 use super::session::Session;
 use super::topic_ids::ByIds;
-use super::{name, partition_code, producer_id_code, Head, Pending, Place, Router};
+use super::{name, partition_code, producer_id_code, Head, Pending, Router};
 use crate::broker::Reply;
 
 /// How often a partition's request is sent again after its leader moved
@@ -79,34 +81,36 @@ impl Router {
             },
             produce_error,
         );
-        // Idempotent batches carry the cluster's own producer id.
+        // Idempotent batches carry the cluster's own producer id, and keep
+        // their order per producer and partition (see `producers`).
         let mut sequenced = false;
+        let mut chained: HashMap<(String, i32), ChainAt> = HashMap::new();
         for (c, items) in split.upstream.iter_mut() {
             let cluster = self.cluster(c);
             let mut kept = Vec::with_capacity(items.len());
             for mut item in items.drain(..) {
                 if let Some(records) = item.data.take() {
                     sequenced |= BatchHeader::parse_whole(&records).is_ok_and(|h| h.producer_id >= 0);
-                    match self.producers.rewrite(cluster, records).await {
-                        Ok(records)
-                            if !self
-                                .producers
-                                .in_order(c, &item.upstream, item.partition, &records) =>
-                        {
-                            tracing::debug!(cluster = %c, topic = %item.upstream, partition = item.partition, "held back: an earlier batch of its producer failed");
-                            let mut answer =
-                                produce_error(item.partition, ResponseError::NotLeaderOrFollower.code());
-                            if head.version >= 8 {
-                                answer.error_message = Some(StrBytes::from_static_str(
-                                    "an earlier batch of this producer failed: it goes first",
-                                ));
-                            }
-                            split.answers.insert((item.client, item.partition), answer);
-                            continue;
+                    let at = producers::chain_at(c, &item.upstream, item.partition, &records);
+                    if at.as_ref().is_some_and(|at| !self.producers.in_order(at)) {
+                        tracing::debug!(cluster = %c, topic = %item.upstream, partition = item.partition, "held back: an earlier batch of its producer failed");
+                        let mut answer =
+                            produce_error(item.partition, ResponseError::NotLeaderOrFollower.code());
+                        if head.version >= 8 {
+                            answer.error_message = Some(StrBytes::from_static_str(
+                                "an earlier batch of this producer failed: it goes first",
+                            ));
                         }
+                        split.answers.insert((item.client, item.partition), answer);
+                        continue;
+                    }
+                    match self.producers.rewrite(cluster, records).await {
                         Ok(records) => item.data = Some(records),
                         Err(e) => {
                             tracing::debug!(cluster = %c, error = %e, "no upstream producer id");
+                            if let Some(at) = &at {
+                                self.producers.failed(at);
+                            }
                             let mut answer = produce_error(item.partition, producer_id_code(&e));
                             if head.version >= 8 {
                                 answer.error_message = Some(StrBytes::from_string(e.to_string()));
@@ -114,6 +118,9 @@ impl Router {
                             split.answers.insert((item.client, item.partition), answer);
                             continue;
                         }
+                    }
+                    if let Some(at) = at {
+                        chained.insert((item.client.clone(), item.partition), at);
                     }
                 }
                 kept.push(item);
@@ -151,6 +158,17 @@ impl Router {
         let launched = self
             .launch_all(std::mem::take(&mut split.upstream), &mut Via::Shared, &build)
             .await;
+        // Batches that could not be sent failed now: the connection's next
+        // requests must see it, not wait for this one's other answers.
+        for item in launched
+            .iter()
+            .flat_map(|(_, flights)| flights)
+            .flat_map(|f| f.unsent())
+        {
+            if let Some(at) = chained.get(&(item.client.clone(), item.partition)) {
+                self.producers.failed(at);
+            }
+        }
         let version = head.version;
         Box::pin(async move {
             let local_part = async {
@@ -201,11 +219,8 @@ impl Router {
                     failed => {
                         let code = failed.as_ref().map_or(-1, |p| p.error_code);
                         tracing::debug!(topic = %item.upstream, partition = item.partition, code, ?producer, "produce failed");
-                        if let (Some(records), Place::Upstream(cluster, _)) =
-                            (&item.data, self.place(&item.client))
-                        {
-                            self.producers
-                                .failed(&cluster, &item.upstream, item.partition, records);
+                        if let Some(at) = chained.get(&(item.client.clone(), item.partition)) {
+                            self.producers.failed(at);
                         }
                     }
                 }

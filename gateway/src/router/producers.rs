@@ -70,8 +70,8 @@ pub(super) struct UpstreamProducers {
     chains: Mutex<HashMap<Chain, Resume>>,
 }
 
-/// (cluster, upstream producer id, upstream epoch, topic, partition).
-type Chain = (String, i64, i16, String, i32);
+/// (cluster, client producer id, client epoch, topic, partition).
+pub(super) type Chain = (String, i64, i16, String, i32);
 
 /// The base sequence of the earliest batch of a chain that failed and
 /// has not been sent again.
@@ -151,7 +151,7 @@ impl UpstreamProducers {
             slots.remove(key);
         }
         if !slots.contains_key(key) && slots.len() >= CAPACITY {
-            forget_oldest(&mut slots, now);
+            forget_oldest(&mut slots, now, |s| s.used);
         }
         let slot = slots.entry(key.clone()).or_insert_with(|| Slot {
             id: Arc::default(),
@@ -188,76 +188,72 @@ impl UpstreamProducers {
     }
 }
 
-impl UpstreamProducers {
-    /// Whether `records` (already rewritten for `cluster`) may go to
-    /// `topic`-`partition` now: not if they are sequenced past a batch of
-    /// the same producer that failed and was not sent again. Sending that
-    /// one again lets the rest follow.
-    pub(super) fn in_order(&self, cluster: &str, topic: &str, partition: i32, records: &Bytes) -> bool {
-        let Some(key) = chain(cluster, topic, partition, records) else {
-            return true;
-        };
-        let mut chains = self.chains.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(resume) = chains.get(&key) else {
-            return true;
-        };
-        let base = sequence(records);
-        if base > resume.at {
-            return false;
-        }
-        if base == resume.at {
-            chains.remove(&key);
-        }
-        true
-    }
+/// A sequenced batch's place in its producer's chain for one partition, and
+/// its base sequence.
+pub(super) type ChainAt = (Chain, i32);
 
-    /// Notes that the batch `records` sent to `topic`-`partition` failed.
-    pub(super) fn failed(&self, cluster: &str, topic: &str, partition: i32, records: &Bytes) {
-        let Some(key) = chain(cluster, topic, partition, records) else {
-            return;
-        };
-        let base = sequence(records);
-        let mut chains = self.chains.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        if !chains.contains_key(&key) && chains.len() >= CAPACITY {
-            chains.retain(|_, r| now.duration_since(r.used) < IDLE);
-            if chains.len() >= CAPACITY {
-                if let Some(oldest) = chains.iter().min_by_key(|(_, r)| r.used).map(|(k, _)| k.clone()) {
-                    chains.remove(&oldest);
-                }
-            }
-        }
-        let resume = chains.entry(key).or_insert(Resume { at: base, used: now });
-        resume.at = resume.at.min(base);
-        resume.used = now;
-    }
-}
-
-/// The chain of a sequenced (idempotent, not transactional) batch.
-fn chain(cluster: &str, topic: &str, partition: i32, records: &Bytes) -> Option<Chain> {
+/// Where `records` (a Produce partition's batches, as the client sent
+/// them) bound for `cluster`'s `topic`-`partition` stand in their chain,
+/// if they are sequenced (idempotent, not transactional).
+pub(super) fn chain_at(cluster: &str, topic: &str, partition: i32, records: &Bytes) -> Option<ChainAt> {
     let header = BatchHeader::parse_whole(records).ok()?;
     (header.producer_id >= 0 && header.attributes & TRANSACTIONAL == 0).then(|| {
-        (
+        let chain = (
             cluster.to_owned(),
             header.producer_id,
             header.producer_epoch,
             topic.to_owned(),
             partition,
-        )
+        );
+        (chain, header.base_sequence)
     })
 }
 
-fn sequence(records: &Bytes) -> i32 {
-    BatchHeader::parse_whole(records).map_or(-1, |h| h.base_sequence)
+impl UpstreamProducers {
+    /// Whether the batch at `at` may be sent now: not if it comes after
+    /// a batch of its chain that failed and was not sent again. Sending
+    /// that one again lets the rest follow.
+    pub(super) fn in_order(&self, (chain, base): &ChainAt) -> bool {
+        let mut chains = self.chains.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(resume) = chains.get(chain) else {
+            return true;
+        };
+        if *base > resume.at {
+            return false;
+        }
+        if *base == resume.at {
+            chains.remove(chain);
+        }
+        true
+    }
+
+    /// Notes that the batch at `at` failed (was answered with an error,
+    /// or not sent).
+    pub(super) fn failed(&self, (chain, base): &ChainAt) {
+        let mut chains = self.chains.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if !chains.contains_key(chain) && chains.len() >= CAPACITY {
+            forget_oldest(&mut chains, now, |r| r.used);
+        }
+        let resume = chains
+            .entry(chain.clone())
+            .or_insert(Resume { at: *base, used: now });
+        resume.at = resume.at.min(*base);
+        resume.used = now;
+    }
 }
 
-/// Makes room: forgets producers idle for [`IDLE`], or else the one used
-/// longest ago.
-fn forget_oldest(slots: &mut HashMap<Key, Slot>, now: Instant) {
-    slots.retain(|_, slot| now.duration_since(slot.used) < IDLE);
-    if slots.len() >= CAPACITY {
-        if let Some(oldest) = slots.iter().min_by_key(|(_, s)| s.used).map(|(k, _)| k.clone()) {
-            slots.remove(&oldest);
+/// Makes room in `map`: forgets entries idle for [`IDLE`], or else the
+/// one used longest ago.
+fn forget_oldest<K: Clone + Eq + std::hash::Hash, V>(
+    map: &mut HashMap<K, V>,
+    now: Instant,
+    used: impl Fn(&V) -> Instant,
+) {
+    map.retain(|_, v| now.duration_since(used(v)) < IDLE);
+    if map.len() >= CAPACITY {
+        if let Some(oldest) = map.iter().min_by_key(|(_, v)| used(v)).map(|(k, _)| k.clone()) {
+            map.remove(&oldest);
         }
     }
 }
@@ -267,7 +263,7 @@ mod tests {
     use bytes::Bytes;
     use strait_spool::batch::build::{batch_with, BatchSpec};
 
-    use super::{Upstream, UpstreamProducers};
+    use super::{chain_at, Upstream, UpstreamProducers};
 
     fn batch(producer_id: i64, base_sequence: i32, attributes: i16) -> Bytes {
         let spec = BatchSpec {
@@ -283,29 +279,30 @@ mod tests {
     #[test]
     fn after_a_failed_batch_later_ones_wait_for_it() {
         let producers = UpstreamProducers::default();
-        let ok = |seq| producers.in_order("east", "orders", 0, &batch(7, seq, 0));
+        let at = |cluster: &str, partition, producer_id, seq| {
+            chain_at(cluster, "orders", partition, &batch(producer_id, seq, 0)).unwrap()
+        };
+        let ok = |seq| producers.in_order(&at("east", 0, 7, seq));
         assert!(ok(0) && ok(2) && ok(4));
-        producers.failed("east", "orders", 0, &batch(7, 4, 0));
-        producers.failed("east", "orders", 0, &batch(7, 2, 0));
+        producers.failed(&at("east", 0, 7, 4));
+        producers.failed(&at("east", 0, 7, 2));
         // Past the earliest failure: not sent.
         assert!(!ok(4));
         assert!(!ok(6));
         // Other partitions, clusters and producers go on.
-        assert!(producers.in_order("east", "orders", 1, &batch(7, 6, 0)));
-        assert!(producers.in_order("west", "orders", 0, &batch(7, 6, 0)));
-        assert!(producers.in_order("east", "orders", 0, &batch(8, 6, 0)));
+        assert!(producers.in_order(&at("east", 1, 7, 6)));
+        assert!(producers.in_order(&at("west", 0, 7, 6)));
+        assert!(producers.in_order(&at("east", 0, 8, 6)));
         // An older batch (its answer lost) goes, the failure still waits.
         assert!(ok(0));
         assert!(!ok(4));
         // The failed one again, then the rest.
         assert!(ok(2));
         assert!(ok(4) && ok(6));
-        // Batches without a producer id, and transactional ones, are not
-        // held.
-        producers.failed("east", "orders", 0, &batch(-1, -1, 0));
-        assert!(producers.in_order("east", "orders", 0, &batch(-1, -1, 0)));
-        producers.failed("east", "orders", 0, &batch(7, 8, 0x10));
-        assert!(producers.in_order("east", "orders", 0, &batch(7, 10, 0x10)));
+        // Batches without a producer id, and transactional ones, have no
+        // place in a chain.
+        assert!(chain_at("east", "orders", 0, &batch(-1, -1, 0)).is_none());
+        assert!(chain_at("east", "orders", 0, &batch(7, 8, 0x10)).is_none());
     }
 
     #[test]

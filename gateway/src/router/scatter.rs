@@ -42,6 +42,17 @@ pub(super) struct Flight<R: Request, T> {
     answer: Result<Answer<R>, UpstreamError>,
 }
 
+impl<R: Request, T> Flight<R, T> {
+    /// The items of a flight that could not be sent at all (its leader
+    /// unknown or unreachable): failed already, before any answer lands.
+    pub(super) fn unsent(&self) -> &[Item<T>] {
+        match self.answer {
+            Err(_) => &self.group,
+            Ok(_) => &[],
+        }
+    }
+}
+
 /// Which connections a request goes on.
 pub(super) enum Via<'s> {
     /// The cluster's shared connection per broker.
