@@ -29,7 +29,6 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use strait_spool::batch::BatchHeader;
 use tokio::time::Instant;
 
 use super::producers::{self, ChainAt};
@@ -83,14 +82,12 @@ impl Router {
         );
         // Idempotent batches carry the cluster's own producer id, and keep
         // their order per producer and partition (see `producers`).
-        let mut sequenced = false;
         let mut chained: HashMap<(String, i32), ChainAt> = HashMap::new();
         for (c, items) in split.upstream.iter_mut() {
             let cluster = self.cluster(c);
             let mut kept = Vec::with_capacity(items.len());
             for mut item in items.drain(..) {
                 if let Some(records) = item.data.take() {
-                    sequenced |= BatchHeader::parse_whole(&records).is_ok_and(|h| h.producer_id >= 0);
                     let at = producers::chain_at(c, &item.upstream, item.partition, &records);
                     if at.as_ref().is_some_and(|at| !self.producers.in_order(at)) {
                         tracing::debug!(cluster = %c, topic = %item.upstream, partition = item.partition, "held back: an earlier batch of its producer failed");
@@ -185,7 +182,7 @@ impl Router {
             // request retrying on its own could reach the new leader out of
             // order, and the client would take the upstream's
             // OUT_OF_ORDER_SEQUENCE_NUMBER for a fatal error.)
-            let attempts = if sequenced { 1 } else { ATTEMPTS };
+            let attempts = if chained.is_empty() { ATTEMPTS } else { 1 };
             let upstream_part = land_all(launched, attempts, deadline, &build, &find_produced);
             let (local_answer, upstream_answers) =
                 futures_util::future::join(local_part, upstream_part).await;
@@ -203,25 +200,12 @@ impl Router {
                 }
             }
             for (item, result) in upstream_answers {
-                let batch = item.data.as_ref().and_then(|r| BatchHeader::parse_whole(r).ok());
-                let producer = batch.map(|h| {
-                    (
-                        h.producer_id,
-                        h.producer_epoch,
-                        h.base_sequence,
-                        h.last_offset_delta,
-                    )
-                });
-                match &result {
-                    Ok(p) if p.error_code == 0 => {
-                        tracing::trace!(topic = %item.upstream, partition = item.partition, offset = p.base_offset, ?producer, "produced");
-                    }
-                    failed => {
-                        let code = failed.as_ref().map_or(-1, |p| p.error_code);
-                        tracing::debug!(topic = %item.upstream, partition = item.partition, code, ?producer, "produce failed");
-                        if let Some(at) = chained.get(&(item.client.clone(), item.partition)) {
-                            self.producers.failed(at);
-                        }
+                if result.as_ref().map_or(true, |p| p.error_code != 0) {
+                    let at = chained.get(&(item.client.clone(), item.partition));
+                    let code = result.as_ref().map_or(-1, |p| p.error_code);
+                    tracing::debug!(topic = %item.upstream, partition = item.partition, code, sequence = ?at.map(|(_, base)| base), "produce failed");
+                    if let Some(at) = at {
+                        self.producers.failed(at);
                     }
                 }
                 let answer = match result {
