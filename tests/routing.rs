@@ -9,6 +9,8 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId};
+use kafka_protocol::protocol::StrBytes;
 use serde_json::Value;
 use strait_spool::batch::build;
 use support::relay::Relay;
@@ -454,54 +456,99 @@ fn a_delegated_group_is_run_by_kafkas_coordinator_and_served_by_two_straits() {
     delegated_group(&kafka.bootstrap(), &upstream, &support::unique("dc2-shared"));
 }
 
-/// A client that would join with the new consumer group protocol
-/// (KIP-848; franz-go with `group.protocol=consumer`) finds no
-/// ConsumerGroupHeartbeat in Strait's ApiVersions and falls back to the
-/// classic protocol: a group delegated to Kafka's coordinator, under a
-/// renamed topic, gets every record once and commits on Kafka.
+/// The consumer group protocol (KIP-848) through Strait: a group delegated
+/// to Kafka's coordinator, under a renamed topic, joins with
+/// ConsumerGroupHeartbeat (Strait renames the subscription and turns the
+/// assignment's topic ids into the ones clients see), with two members of
+/// the Java client and then two of franz-go. Each group gets every record
+/// once, commits on Kafka under the cluster's name, and Kafka knows it as
+/// a consumer-protocol group (ConsumerGroupDescribe finds it; a classic
+/// group would be GROUP_ID_NOT_FOUND there).
 #[test]
-fn a_kip848_client_falls_back_to_the_classic_protocol_through_strait() {
+fn a_kip848_group_is_run_by_kafkas_coordinator_under_a_renamed_topic() {
     let kafka = support::kafka::Kafka::shared();
     let upstream = support::unique("legacy-848");
-    kafka.create_topic(&upstream, 3, &[]);
+    kafka.create_topic(&upstream, 4, &[]);
     let (strait, _dir) = delegating_strait(&kafka.bootstrap(), &upstream);
     let versions = raw::Conn::open(strait.port(), "versions").api_versions(3);
-    assert!(
-        !versions.api_keys.iter().any(|k| k.api_key == 68),
-        "ConsumerGroupHeartbeat is advertised: {versions:?}"
+    let heartbeat = versions.api_keys.iter().find(|k| k.api_key == 68);
+    assert_eq!(
+        heartbeat.map(|k| (k.min_version, k.max_version)),
+        Some((0, 1)),
+        "ConsumerGroupHeartbeat: {versions:?}"
     );
-    produce("franz:produce", &strait.bootstrap(), "legacy", 120, &[]);
-    let group = support::unique("dc2-848");
-    let out = run_client(
+    produce("franz:produce", &strait.bootstrap(), "legacy", 200, &[]);
+    for client in ["java:consume", "franz:consume"] {
+        let group = support::unique("dc2-848");
+        let out = consume_848(client, &strait.bootstrap(), "legacy", &group, 200);
+        assert_eq!(out["records"], 200, "{client}: {out}");
+        assert_eq!(out["duplicates"], 0, "{client}: {out}");
+        let on_kafka = committed(&kafka.bootstrap(), &group, &upstream);
+        assert_eq!(
+            on_kafka.values().map(|o| o.unwrap_or(0)).sum::<i64>(),
+            200,
+            "{client}: {on_kafka:?}"
+        );
+        let described = raw::Conn::open(kafka.port(), "describe").call(
+            &ConsumerGroupDescribeRequest::default()
+                .with_group_ids(vec![GroupId(StrBytes::from_string(group.clone()))]),
+            0,
+        );
+        let found = &described.groups[0];
+        assert_eq!(
+            found.error_code, 0,
+            "{client}: {group} is not a consumer group on Kafka: {found:?}"
+        );
+    }
+}
+
+/// A client that would join with KIP-848 a group Strait's own coordinator
+/// runs (franz-go with `group.protocol=consumer`) is answered
+/// UNSUPPORTED_VERSION and falls back to the classic protocol.
+#[test]
+fn a_kip848_client_of_a_local_group_falls_back_to_the_classic_protocol() {
+    let kafka = support::kafka::Kafka::shared();
+    let upstream = support::unique("legacy-848");
+    kafka.create_topic(&upstream, 1, &[]);
+    let (strait, _dir) = delegating_strait(&kafka.bootstrap(), &upstream);
+    let topic = support::unique("local-848");
+    support::create_topic("ck_admin.py", &strait.bootstrap(), &topic, 3);
+    produce("franz:produce", &strait.bootstrap(), &topic, 120, &[]);
+    let out = consume_848(
         "franz:consume",
+        &strait.bootstrap(),
+        &topic,
+        &support::unique("local-848"),
+        120,
+    );
+    assert_eq!(out["records"], 120, "{out}");
+    assert_eq!(out["duplicates"], 0, "{out}");
+}
+
+/// Two members of `client` consuming `expect` records of `topic` in
+/// `group` with `group.protocol=consumer`, committing.
+fn consume_848(client: &str, bootstrap: &str, topic: &str, group: &str, expect: usize) -> Value {
+    let expect = expect.to_string();
+    run_client(
+        client,
         &[
             "--bootstrap",
-            &strait.bootstrap(),
+            bootstrap,
             "--topic",
-            "legacy",
+            topic,
             "--group",
-            &group,
+            group,
             "--members",
             "2",
             "--commit",
             "--expect",
-            "120",
+            &expect,
             "--linger",
             "2",
             "-X",
             "group.protocol=consumer",
-            "-X",
-            "balance=range",
         ],
-    );
-    assert_eq!(out["records"], 120, "{out}");
-    assert_eq!(out["duplicates"], 0, "{out}");
-    let on_kafka = committed(&kafka.bootstrap(), &group, &upstream);
-    assert_eq!(
-        on_kafka.values().map(|o| o.unwrap_or(0)).sum::<i64>(),
-        120,
-        "{on_kafka:?}"
-    );
+    )
 }
 
 /// Two members of `group`, coordinated by `dc2` (which holds `legacy` as

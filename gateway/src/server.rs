@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use kafka_protocol::messages::{ApiKey, ResponseKind};
-use kafka_protocol::ResponseError;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
@@ -389,11 +388,8 @@ async fn connection(
                         ..
                     }) => {
                         // KIP-511: a newer client asks with a version Strait
-                        // does not know; answer in v0 with the versions it
-                        // does.
-                        let body = ResponseKind::ApiVersions(versions::api_versions_response(Some(
-                            ResponseError::UnsupportedVersion,
-                        )));
+                        // does not know; answer in v0 with the ones it does.
+                        let body = ResponseKind::ApiVersions(versions::api_versions_retry());
                         let answered = Answered {
                             api: ApiKey::ApiVersions,
                             version: 0,

@@ -2,8 +2,11 @@
 //!
 //! Only what is really handled is advertised. Versions that need features
 //! Strait does not have yet are left out on purpose: Produce v12+
-//! (transactions v2), OffsetCommit and OffsetFetch v9+ (KIP-848 member
-//! epochs), InitProducerId v5+, ListOffsets v7+ (the max-timestamp query).
+//! (transactions v2), InitProducerId v5+, ListOffsets v7+ (the
+//! max-timestamp query). OffsetCommit and OffsetFetch v9 carry KIP-848
+//! member epochs: the local coordinator runs classic groups only, for
+//! which v9 means what v8 does, and the router passes them on for groups
+//! delegated to a cluster (v10's topic ids are not spoken).
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
@@ -15,8 +18,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Fetch, 4, 17),
     (ApiKey::ListOffsets, 1, 6),
     (ApiKey::Metadata, 0, 12),
-    (ApiKey::OffsetCommit, 2, 8),
-    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::Heartbeat, 0, 4),
@@ -43,11 +46,23 @@ pub fn supported(api: ApiKey) -> Option<(i16, i16)> {
         .map(|&(_, min, max)| (min, max))
 }
 
-/// The ApiVersions answer. `error` is set when the client asked for an
-/// ApiVersions version Strait does not speak: the client then retries with
-/// a version from the list (KIP-511).
-pub fn api_versions_response(error: Option<ResponseError>) -> ApiVersionsResponse {
-    api_versions_of(SUPPORTED, error)
+/// The ApiVersions answer of the local broker.
+pub fn api_versions_response() -> ApiVersionsResponse {
+    api_versions_of(SUPPORTED, None)
+}
+
+/// The answer to an ApiVersions of a version Strait does not speak
+/// (KIP-511): UNSUPPORTED_VERSION with ApiVersions' own range alone, as
+/// Kafka answers, so the client asks again at a version from it and learns
+/// the whole list then (the router's list, not the local broker's: a
+/// client that kept this one would miss what only the router forwards).
+pub fn api_versions_retry() -> ApiVersionsResponse {
+    let own: Vec<_> = SUPPORTED
+        .iter()
+        .filter(|(api, ..)| *api == ApiKey::ApiVersions)
+        .copied()
+        .collect();
+    api_versions_of(&own, Some(ResponseError::UnsupportedVersion))
 }
 
 /// The ApiVersions answer for `apis` (`(api, min, max)`).
@@ -81,7 +96,7 @@ mod tests {
         }
         assert_eq!(supported(ApiKey::Produce), Some((3, 11)));
         assert_eq!(supported(ApiKey::SaslHandshake), None);
-        let response = api_versions_response(None);
+        let response = api_versions_response();
         assert_eq!(response.api_keys.len(), SUPPORTED.len());
     }
 }

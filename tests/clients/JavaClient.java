@@ -1,4 +1,4 @@
-// The Apache Kafka Java client (kafka-clients 3.9), driven from the Rust
+// The Apache Kafka Java client (kafka-clients 4.1.1), driven from the Rust
 // integration tests like the Python scripts beside it: the same flags and
 // the same JSON shapes (see README.md), one JSON object on the last stdout
 // line; exit 0 done, 1 fell short (JSON still printed), 2 bad arguments,
@@ -342,8 +342,12 @@ public class JavaClient {
                 p.put(ConsumerConfig.CLIENT_ID_CONFIG, "java_consume-" + me);
                 p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
                 p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
-                p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, 10000);
-                p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, 1000);
+                // The consumer group protocol (KIP-848) takes both from
+                // the coordinator and refuses them here.
+                if (!"consumer".equalsIgnoreCase(a.extra.getProperty(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic"))) {
+                    p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, 10000);
+                    p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, 1000);
+                }
                 p.putAll(a.extra);
                 KafkaConsumer<String, String> c = new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer());
                 consumers.add(c);

@@ -60,7 +60,7 @@ pub struct Peers {
     pub tansu: PathBuf,
     /// `tests/clients/`, where the client scripts live.
     pub clients: PathBuf,
-    /// The Java client's jars (kafka-clients 3.9.2 and its runtime).
+    /// The Java client's jars (kafka-clients of the Kafka peer, 4.1.1, and its runtime).
     pub java_lib: PathBuf,
     /// kafkajs and its codec packages (`NODE_PATH` for the node client).
     pub node_modules: PathBuf,

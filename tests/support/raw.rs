@@ -96,6 +96,15 @@ impl Conn {
         cursor.to_vec()
     }
 
+    /// Sends `body` at `version` and reads its answer.
+    pub fn call<R: kafka_protocol::protocol::Request>(&mut self, body: &R, version: i16) -> R::Response {
+        let api = ApiKey::try_from(R::KEY).expect("a known API");
+        let (id, f) = self.frame(api, version, version, body);
+        self.send_raw(&f);
+        let bytes = self.read(api, version, id);
+        R::Response::decode(&mut &bytes[..], version).expect("a response that decodes")
+    }
+
     pub fn api_versions(&mut self, version: i16) -> ApiVersionsResponse {
         let (id, f) = self.frame(
             ApiKey::ApiVersions,

@@ -29,6 +29,7 @@ throttled!(
     FindCoordinatorResponse,
     JoinGroupResponse,
     HeartbeatResponse,
+    ConsumerGroupHeartbeatResponse,
     LeaveGroupResponse,
     SyncGroupResponse,
     DescribeGroupsResponse,

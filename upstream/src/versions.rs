@@ -4,7 +4,9 @@
 //!
 //! Kept out on purpose: Fetch v13+ (topics by id), Produce v12+
 //! (transactions v2), Metadata v0 (an empty topic list means "all" there,
-//! "none" later), OffsetCommit/OffsetFetch v9+ (KIP-848 member epochs).
+//! "none" later), OffsetCommit/OffsetFetch v10+ (topics by id). OffsetFetch
+//! stays at v8: Strait's own fetches of committed offsets carry no member
+//! (Kafka lets those read any group's offsets).
 
 use std::collections::HashMap;
 
@@ -17,7 +19,7 @@ pub const CLIENT: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 1, 12),
-    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 8),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::JoinGroup, 0, 9),
@@ -36,6 +38,7 @@ pub const CLIENT: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
 ];
 
 /// The version chosen per API for one connection.

@@ -159,7 +159,7 @@ impl Broker {
             return refusal;
         }
         Reply::Respond(Box::new(match request.body {
-            RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(versions::api_versions_response(None)),
+            RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(versions::api_versions_response()),
             RequestKind::Metadata(req) => ResponseKind::Metadata(self.metadata(req, version).await),
             RequestKind::Produce(req) => {
                 return match self.produce(req, version).await {
@@ -234,10 +234,9 @@ impl Broker {
                 return None;
             }
             if request.api == ApiKey::ApiVersions {
-                // KIP-511: answer with the supported range so the client
-                // can retry with a version Strait speaks.
+                // KIP-511: the client retries with a version Strait speaks.
                 return Some(Reply::Respond(Box::new(ResponseKind::ApiVersions(
-                    versions::api_versions_response(Some(ResponseError::UnsupportedVersion)),
+                    versions::api_versions_retry(),
                 ))));
             }
         }

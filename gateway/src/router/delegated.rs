@@ -1,15 +1,16 @@
 //! Groups that `groups:` delegates to an upstream cluster: that cluster's
 //! own coordinator runs them, and Strait only passes the group protocol on.
 //!
-//! JoinGroup, SyncGroup, Heartbeat, LeaveGroup and OffsetCommit of such a
-//! group go to the group's coordinator on the client connection's own
+//! JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbeat
+//! (KIP-848) and OffsetCommit of such a group go to the group's coordinator on the client connection's own
 //! connection to it (a coordinator holds a JoinGroup for the whole
 //! rebalance and answers a connection's requests in order), at the
 //! client's version or the upstream's highest, whichever is lower. Topic
 //! names are rewritten where routes rename them: in the consumer
 //! protocol's subscriptions and assignments and in commits, to the
-//! cluster's names on the way up and back to the clients' on the way down.
-//! DescribeGroups, DeleteGroups and ListGroups are split between the local
+//! cluster's names on the way up and back to the clients' on the way down;
+//! topic ids in KIP-848 heartbeats, between the cluster's and the masked
+//! ones clients see in Metadata. DescribeGroups, DeleteGroups and ListGroups are split between the local
 //! coordinator and the clusters.
 //!
 //! Strait keeps no state for these groups, so several Strait instances in
@@ -33,6 +34,7 @@ use strait_upstream::{Cluster, Throttled, UpstreamError};
 
 use super::consumer_protocol::{rename_assignment, rename_subscription};
 use super::session::Session;
+use super::topic_ids::client_topic_id;
 use super::{coordinator_code, group_id, name, Head, Pending, Place, Router};
 use crate::broker::Reply;
 
@@ -47,6 +49,17 @@ struct Coordinator<'a> {
     cluster: &'a str,
     group: String,
     wait: Duration,
+}
+
+impl<'a> Coordinator<'a> {
+    /// A request its coordinator answers at once (no rebalance to wait for).
+    fn prompt(cluster: &'a str, group: String) -> Self {
+        Coordinator {
+            cluster,
+            group,
+            wait: Duration::ZERO,
+        }
+    }
 }
 
 impl Router {
@@ -220,11 +233,7 @@ impl Router {
         self.forward(
             session,
             &head,
-            Coordinator {
-                cluster,
-                group,
-                wait: Duration::ZERO,
-            },
+            Coordinator::prompt(cluster, group),
             req,
             |r: &HeartbeatResponse| r.error_code,
             |answer| {
@@ -233,6 +242,75 @@ impl Router {
                         HeartbeatResponse::default().with_error_code(coordinator_code(&e))
                     }),
                 )
+            },
+        )
+        .await
+    }
+
+    /// A heartbeat of the consumer group protocol (KIP-848), which joins,
+    /// heartbeats, reconciles and leaves in one API: subscribed topics go
+    /// up under the cluster's names (a topic that lives elsewhere cannot
+    /// be assigned by the cluster's coordinator: left out, logged), and
+    /// topic ids, owned and assigned, are turned between the cluster's and
+    /// the ones clients see (see [`client_topic_id`]). A regex
+    /// subscription (v1) is the coordinator's to match against the
+    /// cluster's own names.
+    pub(super) async fn delegate_consumer_heartbeat<'a>(
+        &'a self,
+        session: &mut Session,
+        head: Head,
+        cluster: &'a str,
+        mut req: ConsumerGroupHeartbeatRequest,
+    ) -> Pending<'a> {
+        let group = req.group_id.to_string();
+        if let Some(topics) = &mut req.subscribed_topic_names {
+            topics.retain_mut(|topic| match self.place(topic) {
+                Place::Upstream(c, upstream) if c == cluster => {
+                    *topic = name(&upstream);
+                    true
+                }
+                _ => {
+                    tracing::warn!(
+                        group,
+                        cluster,
+                        topic = topic.as_str(),
+                        "a consumer group coordinated by its cluster subscribes to a topic that \
+                         lives elsewhere: left out of its subscription"
+                    );
+                    false
+                }
+            });
+        }
+        // The mask is its own inverse: a client's id gives the cluster's.
+        let ids = |topics: &mut [consumer_group_heartbeat_request::TopicPartitions]| {
+            for t in topics {
+                t.topic_id = client_topic_id(cluster, t.topic_id.as_u128());
+            }
+        };
+        if let Some(owned) = &mut req.topic_partitions {
+            ids(owned);
+        }
+        let member_id = req.member_id.clone();
+        self.forward(
+            session,
+            &head,
+            Coordinator::prompt(cluster, group),
+            req,
+            |r: &ConsumerGroupHeartbeatResponse| r.error_code,
+            move |answer| {
+                ResponseKind::ConsumerGroupHeartbeat(match answer {
+                    Ok(mut response) => {
+                        if let Some(assignment) = &mut response.assignment {
+                            for t in &mut assignment.topic_partitions {
+                                t.topic_id = client_topic_id(cluster, t.topic_id.as_u128());
+                            }
+                        }
+                        response
+                    }
+                    Err(e) => ConsumerGroupHeartbeatResponse::default()
+                        .with_error_code(coordinator_code(&e))
+                        .with_member_id(Some(member_id)),
+                })
             },
         )
         .await
@@ -249,11 +327,7 @@ impl Router {
         self.forward(
             session,
             &head,
-            Coordinator {
-                cluster,
-                group,
-                wait: Duration::ZERO,
-            },
+            Coordinator::prompt(cluster, group),
             req,
             |r: &LeaveGroupResponse| r.error_code,
             |answer| {
@@ -337,11 +411,7 @@ impl Router {
         self.forward(
             session,
             &head,
-            Coordinator {
-                cluster,
-                group,
-                wait: Duration::ZERO,
-            },
+            Coordinator::prompt(cluster, group),
             req,
             |r: &OffsetCommitResponse| {
                 r.topics

@@ -92,8 +92,16 @@ const FORWARDED_DATA: &[ApiKey] = &[
 /// id, which the router turns into names for the cluster's Fetch v12).
 const TRANSLATED: &[(ApiKey, i16)] = &[(ApiKey::Fetch, 12)];
 
+/// APIs the router forwards for groups delegated to a cluster though the
+/// local coordinator does not speak them (local groups get
+/// UNSUPPORTED_VERSION, on which clients fall back to the classic
+/// protocol or say how to): advertised only when `groups:` delegates to a
+/// cluster, within what every such cluster speaks.
+const DELEGATED_ONLY: &[(ApiKey, i16, i16)] = &[(ApiKey::ConsumerGroupHeartbeat, 0, 1)];
+
 /// APIs forwarded to the clusters groups are delegated to.
 const FORWARDED_GROUPS: &[ApiKey] = &[
+    ApiKey::ConsumerGroupHeartbeat,
     ApiKey::JoinGroup,
     ApiKey::SyncGroup,
     ApiKey::Heartbeat,
@@ -112,6 +120,7 @@ fn handles(api: ApiKey, version: i16) -> bool {
         .or_else(|| {
             ROUTED_ONLY
                 .iter()
+                .chain(DELEGATED_ONLY)
                 .find(|(a, ..)| *a == api)
                 .map(|&(_, min, max)| (min, max))
         })
@@ -332,6 +341,15 @@ impl Router {
                     .local(session, &head)
                     .reply_boxed(RequestKind::LeaveGroup(req)),
             },
+            RequestKind::ConsumerGroupHeartbeat(req) => match self.coordinated_by(req.group_id.as_str()) {
+                Some(cluster) => {
+                    self.delegate_consumer_heartbeat(session, head, cluster, req)
+                        .await
+                }
+                None => self
+                    .local(session, &head)
+                    .reply_boxed(RequestKind::ConsumerGroupHeartbeat(req)),
+            },
             RequestKind::OffsetCommit(req) => match self.coordinated_by(req.group_id.as_str()) {
                 Some(cluster) => self.delegate_commit(session, head, cluster, req).await,
                 None => self.offset_commit(session, head, req),
@@ -355,15 +373,24 @@ impl Router {
     /// yet is asked now, for at most [`VERSIONS_WAIT`]; one that does not
     /// answer leaves the versions as they are (and is logged).
     async fn api_versions(&self) -> Vec<(ApiKey, i16, i16)> {
-        let mut apis: Vec<(ApiKey, i16, i16)> =
-            versions::SUPPORTED.iter().chain(ROUTED_ONLY).copied().collect();
+        let group_clusters: Vec<&str> = self.groups.clusters().collect();
+        let delegated: &[_] = if group_clusters.is_empty() {
+            &[]
+        } else {
+            DELEGATED_ONLY
+        };
+        let mut apis: Vec<(ApiKey, i16, i16)> = versions::SUPPORTED
+            .iter()
+            .chain(ROUTED_ONLY)
+            .chain(delegated)
+            .copied()
+            .collect();
         let topic_clusters: Vec<&str> = self
             .routes
             .destinations()
             .into_iter()
             .filter_map(|d| d.cluster())
             .collect();
-        let group_clusters: Vec<&str> = self.groups.clusters().collect();
         for (name, cluster) in &self.upstreams {
             let forwarded: Vec<ApiKey> = [
                 (topic_clusters.contains(&name.as_str()), FORWARDED_DATA),
@@ -403,7 +430,7 @@ impl Router {
                         true
                     }
                     // An API only the clusters answer needs every one.
-                    Err(_) => !ROUTED_ONLY.iter().any(|(a, ..)| a == api),
+                    Err(_) => !ROUTED_ONLY.iter().chain(DELEGATED_ONLY).any(|(a, ..)| a == api),
                 }
             });
         }
