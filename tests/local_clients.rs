@@ -1,7 +1,7 @@
 //! End-to-end tests of `strait serve` as a Kafka broker for local spool
 //! topics (issue 3), against real clients: Debian's kcat (librdkafka 2.0.2),
 //! confluent-kafka (librdkafka 2.16), kafka-python, the Apache Kafka Java
-//! client (kafka-clients 4.1.1), kafkajs 2.2.4, Sarama 1.22.1 (Go) and
+//! client (kafka-clients 3.9.2), kafkajs 2.2.4, Sarama 1.22.1 (Go) and
 //! aiokafka 0.14. (The rdkafka crate's are in `local_rdkafka.rs`, finer
 //! points of the protocol through these clients in `local_edge_cases.rs`,
 //! the raw protocol in `local_protocol.rs`; their shared helpers in
@@ -670,7 +670,7 @@ fn admin_scenario(script: &str) {
 // kafka-python
 
 // ---------------------------------------------------------------------------
-// The Apache Kafka Java client (kafka-clients 4.1.1), `tests/clients/JavaClient.java`
+// The Apache Kafka Java client (kafka-clients 3.9.2), `tests/clients/JavaClient.java`
 
 /// Java producers are idempotent by default (acks=all, no flag given): the
 /// log must show one producer id per producer with gapless sequences.

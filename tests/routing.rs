@@ -460,7 +460,7 @@ fn a_delegated_group_is_run_by_kafkas_coordinator_and_served_by_two_straits() {
 /// to Kafka's coordinator, under a renamed topic, joins with
 /// ConsumerGroupHeartbeat (Strait renames the subscription and turns the
 /// assignment's topic ids into the ones clients see), with two members of
-/// the Java client and then two of franz-go. Each group gets every record
+/// the Java client (4.1.1) and then two of franz-go. Each group gets every record
 /// once, commits on Kafka under the cluster's name, and Kafka knows it as
 /// a consumer-protocol group (ConsumerGroupDescribe finds it; a classic
 /// group would be GROUP_ID_NOT_FOUND there).
@@ -478,7 +478,7 @@ fn a_kip848_group_is_run_by_kafkas_coordinator_under_a_renamed_topic() {
         "ConsumerGroupHeartbeat: {versions:?}"
     );
     produce("franz:produce", &strait.bootstrap(), "legacy", 200, &[]);
-    for client in ["java:consume", "franz:consume"] {
+    for client in ["java4:consume", "franz:consume"] {
         let group = support::unique("dc2-848");
         let out = consume_848(client, &strait.bootstrap(), "legacy", &group, 200);
         assert_eq!(out["records"], 200, "{client}: {out}");

@@ -1,4 +1,5 @@
-// The Apache Kafka Java client (kafka-clients 4.1.1), driven from the Rust
+// The Apache Kafka Java client (kafka-clients 3.9.2 as `java:`, 4.1.1 as
+// `java4:`, compiled against each), driven from the Rust
 // integration tests like the Python scripts beside it: the same flags and
 // the same JSON shapes (see README.md), one JSON object on the last stdout
 // line; exit 0 done, 1 fell short (JSON still printed), 2 bad arguments,

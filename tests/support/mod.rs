@@ -60,8 +60,10 @@ pub struct Peers {
     pub tansu: PathBuf,
     /// `tests/clients/`, where the client scripts live.
     pub clients: PathBuf,
-    /// The Java client's jars (kafka-clients of the Kafka peer, 4.1.1, and its runtime).
+    /// The Java client's jars (kafka-clients 3.9.2 and its runtime).
     pub java_lib: PathBuf,
+    /// The current Java client's (kafka-clients 4.1.1, Kafka's own release).
+    pub java4_lib: PathBuf,
     /// kafkajs and its codec packages (`NODE_PATH` for the node client).
     pub node_modules: PathBuf,
     /// What `scripts/peers` printed: the installed versions.
@@ -105,6 +107,7 @@ fn install_peers() -> Result<Peers, String> {
         tansu: peers.join("bin/tansu"),
         clients: root.join("tests/clients"),
         java_lib: peers.join("java/lib"),
+        java4_lib: peers.join("java4/lib"),
         node_modules: peers.join("node/node_modules"),
         versions: stdout,
     };
@@ -113,6 +116,7 @@ fn install_peers() -> Result<Peers, String> {
         ("kcat", &p.kcat),
         ("tansu", &p.tansu),
         ("kafka-clients.jar", &p.java_lib.join("kafka-clients.jar")),
+        ("kafka-clients.jar (4)", &p.java4_lib.join("kafka-clients.jar")),
         ("kafkajs", &p.node_modules.join("kafkajs")),
     ] {
         if !path.exists() {
@@ -685,20 +689,22 @@ fn go_module_env(cmd: &mut Command) {
         .env("CGO_ENABLED", "0");
 }
 
-/// `tests/clients/JavaClient.java` compiled against the peers' jars.
-fn java_classes(peers: &Peers) -> PathBuf {
-    static CLASSES: OnceLock<PathBuf> = OnceLock::new();
-    CLASSES
+/// `tests/clients/JavaClient.java` compiled against the jars in `lib`
+/// (once per process for each: `cache`).
+fn java_classes(peers: &Peers, lib: &Path, cache: &'static OnceLock<PathBuf>) -> PathBuf {
+    cache
         .get_or_init(|| {
-            built_client(&[peers.clients.join("JavaClient.java")], |source, out| {
-                let mut cmd = Command::new("javac");
-                cmd.arg("-d")
-                    .arg(out)
-                    .arg("-cp")
-                    .arg(peers.java_lib.join("*"))
-                    .arg(source);
-                cmd
-            })
+            built_client(
+                &[
+                    peers.clients.join("JavaClient.java"),
+                    lib.join("kafka-clients.jar"),
+                ],
+                |source, out| {
+                    let mut cmd = Command::new("javac");
+                    cmd.arg("-d").arg(out).arg("-cp").arg(lib.join("*")).arg(source);
+                    cmd
+                },
+            )
         })
         .clone()
 }
@@ -774,18 +780,28 @@ fn franz_client(peers: &Peers) -> PathBuf {
 }
 
 /// Runs `tests/clients/<script>` with the venv's Python, or for
-/// `java:<command>` / `kafkajs:<command>` / `sarama:<command>` the Java /
+/// `java:<command>` (`java4:`, kafka-clients 4.1.1) / `kafkajs:<command>` / `sarama:<command>` the Java /
 /// kafkajs / Sarama client with
 /// `<command>` as its first argument, and returns whatever happened (no
 /// assertion). Killed after [`CLIENT_TIMEOUT`].
 /// The command that runs client `script` (see [`try_client`]) with `args`.
 fn client_command(script: &str, args: &[&str]) -> Command {
     let peers = peers();
-    let mut cmd = if let Some(command) = script.strip_prefix("java:") {
-        let classes = java_classes(&peers);
+    let java = [("java:", &peers.java_lib), ("java4:", &peers.java4_lib)]
+        .into_iter()
+        .find_map(|(prefix, lib)| Some((script.strip_prefix(prefix)?, lib)));
+    let mut cmd = if let Some((command, lib)) = java {
+        static CLASSES: OnceLock<PathBuf> = OnceLock::new();
+        static CLASSES4: OnceLock<PathBuf> = OnceLock::new();
+        let cache = if lib == &peers.java_lib {
+            &CLASSES
+        } else {
+            &CLASSES4
+        };
+        let classes = java_classes(&peers, lib, cache);
         let mut classpath = std::ffi::OsString::from(classes.as_os_str());
         classpath.push(":");
-        classpath.push(peers.java_lib.join("*"));
+        classpath.push(lib.join("*"));
         let mut cmd = Command::new("java");
         cmd.arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
             .arg("-cp")
