@@ -1,4 +1,4 @@
-//! Every client through Strait's router: kafka-python, the Java client,
+//! Every client through Strait's router: kafka-python, the Java client (3.9.2 and 4.1.1),
 //! kafkajs, Sarama (Debian's 1.22 and the current one), franz-go, aiokafka
 //! and the rdkafka crate each produce keyed
 //! records through one Strait to two upstream clusters, Apache Kafka (this
@@ -536,6 +536,19 @@ fn the_java_client_produces_and_consumes_through_the_router() {
         Client::Script {
             produce: "java:produce",
             consume: "java:consume",
+            no_idempotent: Some("--no-idempotent"),
+        },
+    );
+}
+
+/// The same with the current Java client, Kafka 4.1.1's own.
+#[test]
+fn the_current_java_client_produces_and_consumes_through_the_router() {
+    through_the_router(
+        "java4",
+        Client::Script {
+            produce: "java4:produce",
+            consume: "java4:consume",
             no_idempotent: Some("--no-idempotent"),
         },
     );
