@@ -478,9 +478,67 @@ fn a_kip848_group_is_run_by_kafkas_coordinator_under_a_renamed_topic() {
         "ConsumerGroupHeartbeat: {versions:?}"
     );
     produce("franz:produce", &strait.bootstrap(), "legacy", 200, &[]);
+    let legacy_id = raw::Conn::open(strait.port(), "metadata")
+        .metadata()
+        .topics
+        .into_iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == "legacy"))
+        .map(|t| t.topic_id)
+        .expect("legacy in Strait's Metadata");
     for client in ["java4:consume", "franz:consume"] {
         let group = support::unique("dc2-848");
-        let out = consume_848(client, &strait.bootstrap(), "legacy", &group, 200);
+        // The members stay 6 s after the last record: time to describe
+        // the group through Strait while it is running.
+        let args = consume_848_args(&strait.bootstrap(), "legacy", &group, 200, 6);
+        let mut members = support::spawn_client(client, &args.iter().map(String::as_str).collect::<Vec<_>>());
+        let describe = || {
+            raw::Conn::open(strait.port(), "describe").call(
+                &ConsumerGroupDescribeRequest::default()
+                    .with_group_ids(vec![GroupId(StrBytes::from_string(group.clone()))]),
+                0,
+            )
+        };
+        let waited = Instant::now();
+        let running = loop {
+            let described = describe().groups.remove(0);
+            let assigned: usize = described
+                .members
+                .iter()
+                .flat_map(|m| &m.assignment.topic_partitions)
+                .map(|t| t.partitions.len())
+                .sum();
+            if described.members.len() == 2 && assigned == 4 {
+                break described;
+            }
+            assert!(
+                waited.elapsed() < Duration::from_secs(60),
+                "{client}: {group} never ran with 2 members and 4 partitions: {described:?}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        };
+        assert_eq!(running.error_code, 0, "{client}: {running:?}");
+        for member in &running.members {
+            assert_eq!(
+                member.subscribed_topic_names,
+                vec![name_of("legacy")],
+                "{client}: {member:?}"
+            );
+            for t in &member.assignment.topic_partitions {
+                assert_eq!(
+                    (t.topic_name.as_str(), t.topic_id),
+                    ("legacy", legacy_id),
+                    "{client}: the client's name and id: {member:?}"
+                );
+            }
+        }
+        assert!(
+            members
+                .wait(Duration::from_secs(120))
+                .is_some_and(|s| s.success()),
+            "{client}: {}",
+            members.stderr()
+        );
+        let out: Value = serde_json::from_str(members.lines().last().expect("the client's JSON")).unwrap();
         assert_eq!(out["records"], 200, "{client}: {out}");
         assert_eq!(out["duplicates"], 0, "{client}: {out}");
         let on_kafka = committed(&kafka.bootstrap(), &group, &upstream);
@@ -489,17 +547,23 @@ fn a_kip848_group_is_run_by_kafkas_coordinator_under_a_renamed_topic() {
             200,
             "{client}: {on_kafka:?}"
         );
-        let described = raw::Conn::open(kafka.port(), "describe").call(
+        // Kafka runs it as a consumer-protocol group (a classic one is
+        // GROUP_ID_NOT_FOUND there).
+        let on_kafka = raw::Conn::open(kafka.port(), "describe").call(
             &ConsumerGroupDescribeRequest::default()
                 .with_group_ids(vec![GroupId(StrBytes::from_string(group.clone()))]),
             0,
         );
-        let found = &described.groups[0];
+        let found = &on_kafka.groups[0];
         assert_eq!(
             found.error_code, 0,
             "{client}: {group} is not a consumer group on Kafka: {found:?}"
         );
     }
+}
+
+fn name_of(topic: &str) -> kafka_protocol::messages::TopicName {
+    kafka_protocol::messages::TopicName(StrBytes::from_string(topic.to_owned()))
 }
 
 /// A client that would join with KIP-848 a group Strait's own coordinator
@@ -514,41 +578,41 @@ fn a_kip848_client_of_a_local_group_falls_back_to_the_classic_protocol() {
     let topic = support::unique("local-848");
     support::create_topic("ck_admin.py", &strait.bootstrap(), &topic, 3);
     produce("franz:produce", &strait.bootstrap(), &topic, 120, &[]);
-    let out = consume_848(
+    let args = consume_848_args(&strait.bootstrap(), &topic, &support::unique("local-848"), 120, 2);
+    let out = run_client(
         "franz:consume",
-        &strait.bootstrap(),
-        &topic,
-        &support::unique("local-848"),
-        120,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
     );
     assert_eq!(out["records"], 120, "{out}");
     assert_eq!(out["duplicates"], 0, "{out}");
 }
 
-/// Two members of `client` consuming `expect` records of `topic` in
-/// `group` with `group.protocol=consumer`, committing.
-fn consume_848(client: &str, bootstrap: &str, topic: &str, group: &str, expect: usize) -> Value {
-    let expect = expect.to_string();
-    run_client(
-        client,
-        &[
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            topic,
-            "--group",
-            group,
-            "--members",
-            "2",
-            "--commit",
-            "--expect",
-            &expect,
-            "--linger",
-            "2",
-            "-X",
-            "group.protocol=consumer",
-        ],
-    )
+/// The arguments of two members consuming `expect` records of `topic` in
+/// `group` with `group.protocol=consumer`, committing, staying `linger`
+/// seconds after the last.
+fn consume_848_args(bootstrap: &str, topic: &str, group: &str, expect: usize, linger: u32) -> Vec<String> {
+    [
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--members",
+        "2",
+        "--commit",
+        "--expect",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .chain([
+        expect.to_string(),
+        "--linger".into(),
+        linger.to_string(),
+        "-X".into(),
+        "group.protocol=consumer".into(),
+    ])
+    .collect()
 }
 
 /// Two members of `group`, coordinated by `dc2` (which holds `legacy` as

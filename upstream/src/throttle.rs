@@ -30,6 +30,7 @@ throttled!(
     JoinGroupResponse,
     HeartbeatResponse,
     ConsumerGroupHeartbeatResponse,
+    ConsumerGroupDescribeResponse,
     LeaveGroupResponse,
     SyncGroupResponse,
     DescribeGroupsResponse,

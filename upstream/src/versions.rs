@@ -39,6 +39,7 @@ pub const CLIENT: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The version chosen per API for one connection.

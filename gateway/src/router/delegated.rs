@@ -27,7 +27,7 @@ use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::Request;
+use kafka_protocol::protocol::{Request, StrBytes};
 use kafka_protocol::ResponseError;
 use strait_config::Destination;
 use strait_upstream::{Cluster, Throttled, UpstreamError};
@@ -543,6 +543,85 @@ impl Router {
                 upstream.forget_coordinator(group);
                 DescribedGroup::default()
                     .with_group_id(group_id(group))
+                    .with_error_code(coordinator_code(&e))
+            }
+        }
+    }
+
+    /// ConsumerGroupDescribe (KIP-848): delegated groups from their
+    /// clusters' coordinators, topics under the clients' names and ids; a
+    /// group of the local coordinator is GROUP_ID_NOT_FOUND, as Kafka
+    /// answers for a classic group (admin clients then ask DescribeGroups).
+    pub(super) fn describe_consumer_groups<'a>(
+        &'a self,
+        head: Head,
+        req: ConsumerGroupDescribeRequest,
+    ) -> Pending<'a> {
+        Box::pin(async move {
+            let described = join_all(req.group_ids.iter().map(|g| async move {
+                let Some(cluster) = self.coordinated_by(g) else {
+                    return consumer_group_describe_response::DescribedGroup::default()
+                        .with_group_id(g.clone())
+                        .with_error_code(ResponseError::GroupIdNotFound.code())
+                        .with_error_message(Some(StrBytes::from_string(format!(
+                            "group {} is run by Strait's own coordinator, which speaks the classic protocol only",
+                            g.as_str()
+                        ))));
+                };
+                self.describe_consumer_group(cluster, g, head.version, req.include_authorized_operations)
+                    .await
+            }))
+            .await;
+            Reply::Respond(Box::new(ResponseKind::ConsumerGroupDescribe(
+                ConsumerGroupDescribeResponse::default().with_groups(described),
+            )))
+        })
+    }
+
+    async fn describe_consumer_group(
+        &self,
+        cluster: &str,
+        group: &GroupId,
+        version: i16,
+        operations: bool,
+    ) -> consumer_group_describe_response::DescribedGroup {
+        let upstream = self.cluster(cluster);
+        let answer: Result<ConsumerGroupDescribeResponse, UpstreamError> = async {
+            let connection = upstream.coordinator(group).await?;
+            let version = connection.version(ApiKey::ConsumerGroupDescribe)?.min(version);
+            let request = ConsumerGroupDescribeRequest::default()
+                .with_group_ids(vec![group.clone()])
+                .with_include_authorized_operations(operations);
+            connection.request_at(&request, version).await
+        }
+        .await;
+        match answer.map(|r| r.groups.into_iter().next()) {
+            Ok(Some(mut described)) => {
+                let down =
+                    |t: &TopicName| name(&self.client_name(cluster, t).unwrap_or_else(|| t.to_string()));
+                for member in &mut described.members {
+                    for t in &mut member.subscribed_topic_names {
+                        *t = down(t);
+                    }
+                    for t in member
+                        .assignment
+                        .topic_partitions
+                        .iter_mut()
+                        .chain(&mut member.target_assignment.topic_partitions)
+                    {
+                        t.topic_id = client_topic_id(cluster, t.topic_id.as_u128());
+                        t.topic_name = down(&t.topic_name);
+                    }
+                }
+                described
+            }
+            Ok(None) => consumer_group_describe_response::DescribedGroup::default()
+                .with_group_id(group.clone())
+                .with_error_code(ResponseError::UnknownServerError.code()),
+            Err(e) => {
+                upstream.forget_coordinator(group);
+                consumer_group_describe_response::DescribedGroup::default()
+                    .with_group_id(group.clone())
                     .with_error_code(coordinator_code(&e))
             }
         }

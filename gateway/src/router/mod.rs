@@ -97,11 +97,15 @@ const TRANSLATED: &[(ApiKey, i16)] = &[(ApiKey::Fetch, 12)];
 /// UNSUPPORTED_VERSION, on which clients fall back to the classic
 /// protocol or say how to): advertised only when `groups:` delegates to a
 /// cluster, within what every such cluster speaks.
-const DELEGATED_ONLY: &[(ApiKey, i16, i16)] = &[(ApiKey::ConsumerGroupHeartbeat, 0, 1)];
+const DELEGATED_ONLY: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
+];
 
 /// APIs forwarded to the clusters groups are delegated to.
 const FORWARDED_GROUPS: &[ApiKey] = &[
     ApiKey::ConsumerGroupHeartbeat,
+    ApiKey::ConsumerGroupDescribe,
     ApiKey::JoinGroup,
     ApiKey::SyncGroup,
     ApiKey::Heartbeat,
@@ -355,6 +359,7 @@ impl Router {
                 None => self.offset_commit(session, head, req),
             },
             RequestKind::DescribeGroups(req) => self.describe_groups(session, head, req),
+            RequestKind::ConsumerGroupDescribe(req) => self.describe_consumer_groups(head, req),
             RequestKind::DeleteGroups(req) => self.delete_groups(session, head, req),
             RequestKind::ListGroups(req) => self.list_groups(session, head, req),
             RequestKind::OffsetFetch(req) => self.offset_fetch(session, head, req),
