@@ -2,16 +2,17 @@
 //! own coordinator runs them, and Strait only passes the group protocol on.
 //!
 //! JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbeat
-//! (KIP-848) and OffsetCommit of such a group go to the group's coordinator on the client connection's own
-//! connection to it (a coordinator holds a JoinGroup for the whole
-//! rebalance and answers a connection's requests in order), at the
-//! client's version or the upstream's highest, whichever is lower. Topic
-//! names are rewritten where routes rename them: in the consumer
-//! protocol's subscriptions and assignments and in commits, to the
-//! cluster's names on the way up and back to the clients' on the way down;
-//! topic ids in KIP-848 heartbeats, between the cluster's and the masked
-//! ones clients see in Metadata. DescribeGroups, DeleteGroups and ListGroups are split between the local
-//! coordinator and the clusters.
+//! (KIP-848) and OffsetCommit of such a group go to the group's
+//! coordinator on the client connection's own connection to it (a
+//! coordinator holds a JoinGroup for the whole rebalance and answers a
+//! connection's requests in order), at the client's version or the
+//! upstream's highest, whichever is lower. Topic names are rewritten where
+//! routes rename them: in the consumer protocol's subscriptions and
+//! assignments and in commits, to the cluster's names on the way up and
+//! back to the clients' on the way down; topic ids in KIP-848 heartbeats
+//! and descriptions, between the cluster's and the masked ones clients see
+//! in Metadata. DescribeGroups, ConsumerGroupDescribe, DeleteGroups and
+//! ListGroups are split between the local coordinator and the clusters.
 //!
 //! Strait keeps no state for these groups, so several Strait instances in
 //! front of one cluster serve the same group: its members may connect to
