@@ -491,16 +491,9 @@ fn a_kip848_group_is_run_by_kafkas_coordinator_under_a_renamed_topic() {
         // the group through Strait while it is running.
         let args = consume_848_args(&strait.bootstrap(), "legacy", &group, 200, 6);
         let mut members = support::spawn_client(client, &args.iter().map(String::as_str).collect::<Vec<_>>());
-        let describe = || {
-            raw::Conn::open(strait.port(), "describe").call(
-                &ConsumerGroupDescribeRequest::default()
-                    .with_group_ids(vec![GroupId(StrBytes::from_string(group.clone()))]),
-                0,
-            )
-        };
         let waited = Instant::now();
         let running = loop {
-            let described = describe().groups.remove(0);
+            let described = describe_consumer_group(strait.port(), &group);
             let assigned: usize = described
                 .members
                 .iter()
@@ -549,17 +542,27 @@ fn a_kip848_group_is_run_by_kafkas_coordinator_under_a_renamed_topic() {
         );
         // Kafka runs it as a consumer-protocol group (a classic one is
         // GROUP_ID_NOT_FOUND there).
-        let on_kafka = raw::Conn::open(kafka.port(), "describe").call(
-            &ConsumerGroupDescribeRequest::default()
-                .with_group_ids(vec![GroupId(StrBytes::from_string(group.clone()))]),
-            0,
-        );
-        let found = &on_kafka.groups[0];
+        let found = describe_consumer_group(kafka.port(), &group);
         assert_eq!(
             found.error_code, 0,
             "{client}: {group} is not a consumer group on Kafka: {found:?}"
         );
     }
+}
+
+/// ConsumerGroupDescribe v0 of `group` at the broker on `port`.
+fn describe_consumer_group(
+    port: u16,
+    group: &str,
+) -> kafka_protocol::messages::consumer_group_describe_response::DescribedGroup {
+    raw::Conn::open(port, "describe")
+        .call(
+            &ConsumerGroupDescribeRequest::default()
+                .with_group_ids(vec![GroupId(StrBytes::from_string(group.to_owned()))]),
+            0,
+        )
+        .groups
+        .remove(0)
 }
 
 fn name_of(topic: &str) -> kafka_protocol::messages::TopicName {

@@ -283,13 +283,8 @@ impl Router {
             });
         }
         // The mask is its own inverse: a client's id gives the cluster's.
-        let ids = |topics: &mut [consumer_group_heartbeat_request::TopicPartitions]| {
-            for t in topics {
-                t.topic_id = client_topic_id(cluster, t.topic_id.as_u128());
-            }
-        };
-        if let Some(owned) = &mut req.topic_partitions {
-            ids(owned);
+        for t in req.topic_partitions.iter_mut().flatten() {
+            t.topic_id = client_topic_id(cluster, t.topic_id.as_u128());
         }
         let member_id = req.member_id.clone();
         self.forward(
