@@ -6,10 +6,9 @@
 //! and version too (ApiVersions always uses header v0).
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{
-    ApiKey, FetchResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
-};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
+use strait_upstream::splice::encode_frame;
 
 use crate::error::DecodeError;
 
@@ -113,10 +112,6 @@ impl ResponseFrame {
     }
 }
 
-/// Record sections smaller than this are copied in beside the fields around
-/// them: one write of a few kilobytes beats many tiny ones.
-const SPLICE_MIN: usize = 4096;
-
 /// Encodes a response frame. A Fetch response's record batches are spliced
 /// in as chunks of their own rather than copied (see [`ResponseFrame`]).
 pub fn encode_response(
@@ -132,133 +127,27 @@ pub fn encode_response(
         .encode(&mut head, api.response_header_version(version))
         .map_err(|e| format!("encoding {api:?} v{version} response header: {e}"))?;
     let chunks = match body {
-        ResponseKind::Fetch(fetch) if has_large_records(&fetch) => encode_fetch(head, fetch, version)
+        ResponseKind::Fetch(fetch) => encode_frame(head, fetch, version, version >= 12)
             .map_err(|e| format!("encoding Fetch v{version} response: {e}"))?,
         body => {
             body.encode(&mut head, version)
                 .map_err(|e| format!("encoding {api:?} v{version} response: {e}"))?;
             let total = head.len();
-            set_length(&mut head, total)?;
+            let len =
+                i32::try_from(total - 4).map_err(|_| format!("a response of {total} bytes is too large"))?;
+            head[..4].copy_from_slice(&len.to_be_bytes());
             vec![head.freeze()]
         }
     };
     Ok(ResponseFrame { chunks })
 }
 
-/// Writes a frame's length (`total` less the 4 bytes of the length itself)
-/// into its first four bytes.
-fn set_length(head: &mut BytesMut, total: usize) -> Result<(), String> {
-    let len = i32::try_from(total - 4).map_err(|_| format!("a response of {total} bytes is too large"))?;
-    head[..4].copy_from_slice(&len.to_be_bytes());
-    Ok(())
-}
-
-fn has_large_records(fetch: &FetchResponse) -> bool {
-    fetch
-        .responses
-        .iter()
-        .flat_map(|t| &t.partitions)
-        .any(|p| p.records.as_ref().is_some_and(|r| r.len() >= SPLICE_MIN))
-}
-
-/// Encodes a Fetch response after `head` with its large record sections as
-/// chunks of their own.
-///
-/// The `kafka-protocol` encoder writes into one buffer, so the positions of
-/// the `records` fields are found by encoding the response twice without
-/// records: once with every `records` null and once with every one empty.
-/// The two encodings have the same length (null and empty take the same
-/// width: `-1` and `0` as INT32 before v12, `0` and `1` as an unsigned varint
-/// from v12) and differ exactly at the first byte of each `records` field,
-/// in the order the partitions are encoded. The output is the null encoding
-/// with each field replaced by its real length and the records themselves.
-fn encode_fetch(mut head: BytesMut, mut fetch: FetchResponse, version: i16) -> Result<Vec<Bytes>, String> {
-    let records: Vec<Option<Bytes>> = fetch
-        .responses
-        .iter_mut()
-        .flat_map(|t| t.partitions.iter_mut())
-        .map(|p| p.records.take())
-        .collect();
-    let mut nulls = BytesMut::new();
-    fetch.encode(&mut nulls, version).map_err(|e| e.to_string())?;
-    for p in fetch.responses.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
-        p.records = Some(Bytes::new());
-    }
-    let mut empties = BytesMut::new();
-    fetch.encode(&mut empties, version).map_err(|e| e.to_string())?;
-    let compact = version >= 12;
-    let width = if compact { 1 } else { 4 };
-    let mut fields = Vec::with_capacity(records.len());
-    let mut at = 0;
-    while at < nulls.len().min(empties.len()) {
-        if nulls[at] != empties[at] {
-            fields.push(at);
-            at += width;
-        } else {
-            at += 1;
-        }
-    }
-    if nulls.len() != empties.len() || fields.len() != records.len() {
-        return Err(format!(
-            "found {} records fields for {} partitions",
-            fields.len(),
-            records.len()
-        ));
-    }
-    let prefix = |len: usize| if compact { varint_len(len as u64 + 1) } else { 4 };
-    let total = head.len()
-        + nulls.len()
-        + records
-            .iter()
-            .flatten()
-            .map(|r| prefix(r.len()) - width + r.len())
-            .sum::<usize>();
-    set_length(&mut head, total)?;
-    let mut chunks = Vec::new();
-    let mut from = 0;
-    for (field, records) in fields.into_iter().zip(records) {
-        head.extend_from_slice(&nulls[from..field]);
-        from = field + width;
-        let Some(records) = records else {
-            head.extend_from_slice(&nulls[field..from]);
-            continue;
-        };
-        if compact {
-            put_unsigned_varint(&mut head, records.len() as u64 + 1);
-        } else {
-            let len = i32::try_from(records.len())
-                .map_err(|_| format!("{} record bytes in one partition", records.len()))?;
-            head.extend_from_slice(&len.to_be_bytes());
-        }
-        if records.len() < SPLICE_MIN {
-            head.extend_from_slice(&records);
-        } else {
-            chunks.push(head.split().freeze());
-            chunks.push(records);
-        }
-    }
-    head.extend_from_slice(&nulls[from..]);
-    chunks.push(head.freeze());
-    Ok(chunks)
-}
-
-fn varint_len(value: u64) -> usize {
-    (64 - value.max(1).leading_zeros() as usize).div_ceil(7)
-}
-
-fn put_unsigned_varint(buf: &mut BytesMut, mut value: u64) {
-    while value >= 0x80 {
-        buf.extend_from_slice(&[(value as u8 & 0x7f) | 0x80]);
-        value >>= 7;
-    }
-    buf.extend_from_slice(&[value as u8]);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kafka_protocol::messages::{ApiVersionsRequest, MetadataRequest};
+    use kafka_protocol::messages::{ApiVersionsRequest, FetchResponse, MetadataRequest};
     use kafka_protocol::protocol::StrBytes;
+    use strait_upstream::splice::SPLICE_MIN;
 
     fn frame<T: Encodable>(api: ApiKey, version: i16, body: &T) -> Bytes {
         let mut buf = BytesMut::new();

@@ -1,11 +1,8 @@
 //! Kafka's framing: every request and response is a 4-byte big-endian
 //! length followed by that many bytes.
 
-use std::io::IoSlice;
-use std::time::Duration;
-
 use bytes::{BufMut, Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::error::FrameError;
 
@@ -61,44 +58,12 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
 /// What a frame's buffer starts at; it doubles from there as bytes arrive.
 const FIRST_ALLOCATION: usize = 1 << 20;
 
-/// Most chunks handed to one vectored write.
-const MAX_IOVECS: usize = 64;
-
-/// Writes `chunks` in order with vectored writes (no copy into a buffer of
-/// our own), failing with `TimedOut` when the writer takes no byte for
-/// `stall`.
-pub async fn write_chunks<W: AsyncWrite + Unpin>(
-    writer: &mut W,
-    chunks: &[Bytes],
-    stall: Duration,
-) -> std::io::Result<()> {
-    let (mut chunk, mut offset) = (0, 0);
-    while chunk < chunks.len() {
-        let slices: Vec<IoSlice<'_>> = std::iter::once(&chunks[chunk][offset..])
-            .chain(chunks[chunk + 1..].iter().map(|c| &c[..]))
-            .take(MAX_IOVECS)
-            .map(IoSlice::new)
-            .collect();
-        let mut written = match tokio::time::timeout(stall, writer.write_vectored(&slices)).await {
-            Ok(written) => written?,
-            Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
-        };
-        if written == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        while chunk < chunks.len() && written >= chunks[chunk].len() - offset {
-            written -= chunks[chunk].len() - offset;
-            chunk += 1;
-            offset = 0;
-        }
-        offset += written;
-    }
-    writer.flush().await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+    use strait_upstream::splice::write_chunks;
+    use tokio::io::AsyncWriteExt;
 
     #[tokio::test]
     async fn frames_round_trip_and_limits_hold() {

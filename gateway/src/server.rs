@@ -29,11 +29,12 @@ use tracing::Instrument;
 use crate::broker::Reply;
 use crate::codec::{decode_request, encode_response, peek_client_id, peek_header};
 use crate::error::{DecodeError, FrameError};
-use crate::frame::{read_frame, write_chunks};
+use crate::frame::read_frame;
 use crate::metrics::{self, CloseCause};
 use crate::router::session::Session;
 use crate::router::Router;
 use crate::versions;
+use strait_upstream::splice::write_chunks;
 
 /// Limits of the server.
 #[derive(Debug, Clone)]

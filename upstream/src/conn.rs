@@ -12,7 +12,9 @@
 //! flight on it fails with the same [`UpstreamError`]; the owner
 //! ([`crate::Cluster`]) opens a new one for the next request. Requests that
 //! would push the bytes in flight past `max_bytes_in_flight` wait for room
-//! (a Fetch counts its `max_bytes` for the answer it will get). A broker's
+//! (a Fetch counts its `max_bytes` for the answer it will get), and
+//! Produce requests wait for room in the connection's [`crate::window`].
+//! A broker's
 //! throttle time (KIP-219) holds back further requests to it until it ends.
 //!
 //! Produce with `acks=0` gets no answer from Kafka and is not supported.
@@ -26,7 +28,8 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, RequestHeader, ResponseHeader,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, ProduceRequest, RequestHeader,
+    ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -37,8 +40,10 @@ use tokio::time::Instant;
 
 use crate::error::{Result, UpstreamError};
 use crate::metrics::ClusterMetrics;
+use crate::splice;
 use crate::throttle::Throttled;
 use crate::versions::Versions;
+use crate::window::{Slot, Window};
 
 /// Largest answer accepted from a broker. Fetch answers are bounded by the
 /// request's `max_bytes` well below this; a length beyond it means the
@@ -99,6 +104,8 @@ struct Shared {
     throttled_until: Mutex<Option<Instant>>,
     budget: Arc<Semaphore>,
     max_budget: usize,
+    /// Produce requests unanswered at once (see [`crate::window`]).
+    window: Arc<Window>,
     /// The cluster's metrics, for connections a [`crate::Cluster`] opened.
     metrics: Option<Arc<ClusterMetrics>>,
 }
@@ -107,12 +114,15 @@ struct Shared {
 struct Pending {
     reply: oneshot::Sender<Result<Bytes>>,
     _permit: OwnedSemaphorePermit,
+    /// A Produce's place in the window.
+    slot: Option<Slot>,
 }
 
 #[derive(Debug)]
 struct Outgoing {
     correlation_id: i32,
-    frame: Bytes,
+    /// The frame, in chunks (see [`crate::splice`]).
+    frame: Vec<Bytes>,
     pending: Pending,
 }
 
@@ -167,6 +177,7 @@ impl Connection {
             throttled_until: Mutex::new(None),
             budget: Arc::new(Semaphore::new(max_budget)),
             max_budget,
+            window: Arc::default(),
             metrics,
         });
         if let Some(metrics) = &shared.metrics {
@@ -257,10 +268,15 @@ impl Connection {
         let sent_at = Instant::now();
         let correlation_id = self.shared.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
         let frame = self.encode(api, version, correlation_id, request)?;
-        let size = frame.len();
+        let size = frame.iter().map(Bytes::len).sum::<usize>();
         let cost = (size + response_budget(request)).min(self.shared.max_budget);
         let timeout = self.shared.request_timeout;
-        let sent = match tokio::time::timeout(timeout, self.send_frame(correlation_id, frame, cost)).await {
+        let sent = match tokio::time::timeout(
+            timeout,
+            self.send_frame(api, correlation_id, frame, size, cost),
+        )
+        .await
+        {
             Ok(sent) => sent,
             // The frame never reached the writer: the connection is busy
             // (its bytes-in-flight budget is used up), not broken.
@@ -286,13 +302,15 @@ impl Connection {
         })
     }
 
-    fn encode<R: Request>(
+    /// The request's frame. A Produce's record batches are chunks of their
+    /// own, not copies ([`crate::splice`]).
+    fn encode<R: Request + Any>(
         &self,
         api: ApiKey,
         version: i16,
         correlation_id: i32,
         request: &R,
-    ) -> Result<Bytes> {
+    ) -> Result<Vec<Bytes>> {
         let encode_error = |detail: String| UpstreamError::Encode { api, version, detail };
         let header = RequestHeader::default()
             .with_request_api_key(R::KEY)
@@ -300,6 +318,14 @@ impl Connection {
             .with_correlation_id(correlation_id)
             .with_client_id(Some(self.shared.client_id.clone()));
         let header_version = R::header_version(version);
+        if let Some(produce) = (request as &dyn Any).downcast_ref::<ProduceRequest>() {
+            let mut head = BytesMut::with_capacity(256);
+            head.put_i32(0);
+            header
+                .encode(&mut head, header_version)
+                .map_err(|e| encode_error(e.to_string()))?;
+            return splice::encode_frame(head, produce.clone(), version, version >= 9).map_err(encode_error);
+        }
         let size = header
             .compute_size(header_version)
             .and_then(|h| Ok(h + request.compute_size(version)?))
@@ -311,20 +337,26 @@ impl Connection {
             .encode(&mut buf, header_version)
             .and_then(|()| request.encode(&mut buf, version))
             .map_err(|e| encode_error(e.to_string()))?;
-        Ok(buf.freeze())
+        Ok(vec![buf.freeze()])
     }
 
     /// Hands a frame to the writer once the budget has room; the receiver
     /// gets the answer frame.
     async fn send_frame(
         &self,
+        api: ApiKey,
         correlation_id: i32,
-        frame: Bytes,
+        frame: Vec<Bytes>,
+        size: usize,
         cost: usize,
     ) -> Result<oneshot::Receiver<Result<Bytes>>> {
         if let Some(failed) = self.shared.failed.get() {
             return Err(failed.clone());
         }
+        let slot = match api {
+            ApiKey::Produce => Some(self.shared.window.admit(size).await),
+            _ => None,
+        };
         let permit = self
             .shared
             .budget
@@ -339,6 +371,7 @@ impl Connection {
             pending: Pending {
                 reply,
                 _permit: permit,
+                slot,
             },
         };
         self.tx.send(outgoing).await.map_err(|_| self.failure())?;
@@ -495,7 +528,7 @@ async fn write_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Outgoing>, mut w
             if let Some(until) = throttled {
                 tokio::time::sleep_until(until).await;
             }
-            write.write_all(&outgoing.frame).await
+            splice::write_chunks(&mut write, &outgoing.frame, shared.request_timeout).await
         };
         let result = tokio::select! {
             biased;
@@ -533,7 +566,10 @@ async fn read_loop(shared: Arc<Shared>, mut read: OwnedReadHalf) {
             .expect("pending lock")
             .remove(&correlation_id);
         match pending {
-            Some(pending) => {
+            Some(mut pending) => {
+                if let Some(slot) = pending.slot.take() {
+                    slot.answered();
+                }
                 let _ = pending.reply.send(Ok(frame));
             }
             None => {
@@ -559,10 +595,18 @@ async fn read_frame(read: &mut OwnedReadHalf) -> std::result::Result<Bytes, Stri
         .ok()
         .filter(|s| (4..=MAX_RESPONSE_BYTES).contains(s))
         .ok_or_else(|| format!("answer length {size} is not a Kafka frame"))?;
-    let mut body = BytesMut::zeroed(size);
-    read.read_exact(&mut body)
-        .await
-        .map_err(|e| format!("read failed inside an answer: {e}"))?;
+    // Filled as it arrives rather than zeroed first: a Fetch answer is
+    // megabytes, and writing it twice shows in a consumer's round trip.
+    let mut body = BytesMut::with_capacity(size);
+    while body.len() < size {
+        let want = size - body.len();
+        let mut rest = (&mut body).limit(want);
+        match read.read_buf(&mut rest).await {
+            Ok(0) => return Err("the broker closed the connection inside an answer".to_owned()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("read failed inside an answer: {e}")),
+        }
+    }
     Ok(body.freeze())
 }
 

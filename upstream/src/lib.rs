@@ -10,6 +10,11 @@
 //! - [`Cluster`] (`cluster`): the metadata cache of one cluster
 //!   ([`Metadata`]), one connection per broker, leader and coordinator
 //!   lookup.
+//! - [`splice`]: frames whose record batches are chunks of their own, not
+//!   copies (an upstream Produce, a client's Fetch response).
+//! - `window`: how many Produce bytes a connection keeps unanswered (the
+//!   path's bandwidth-delay product), so requests wait with the caller,
+//!   not in socket buffers in front of a broker.
 //! - [`Backoff`]: jittered exponential backoff with deadlines for the
 //!   callers' retry loops.
 //! - [`UpstreamError`]: says which broker failed and whether a retry helps.
@@ -23,8 +28,10 @@ pub mod conn;
 pub mod error;
 pub mod metadata;
 pub mod metrics;
+pub mod splice;
 pub mod throttle;
 pub mod versions;
+mod window;
 
 pub use backoff::Backoff;
 pub use cluster::{Cluster, ClusterOptions, Health, Lane};

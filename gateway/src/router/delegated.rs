@@ -135,6 +135,40 @@ impl Router {
         })
     }
 
+    /// Asks `group`'s coordinator on `cluster` about that group alone, on
+    /// the cluster's shared connection to it, at `version` or the highest
+    /// below it the coordinator speaks (`build` makes the request for the
+    /// version). The group's entry in the answer, taken by `entry`, or the
+    /// error code to answer with; a coordinator that failed is forgotten.
+    async fn ask_coordinator<R, T>(
+        &self,
+        cluster: &str,
+        group: &str,
+        version: i16,
+        build: impl FnOnce(i16) -> R,
+        entry: impl FnOnce(R::Response) -> Option<T>,
+    ) -> Result<T, i16>
+    where
+        R: Request + Any,
+        R::Response: Throttled,
+    {
+        let upstream = self.cluster(cluster);
+        let answer = async {
+            let connection = upstream.coordinator(group).await?;
+            let api = ApiKey::try_from(R::KEY).expect("kafka-protocol requests have known keys");
+            let version = connection.version(api)?.min(version);
+            connection.request_at(&build(version), version).await
+        }
+        .await;
+        match answer {
+            Ok(response) => entry(response).ok_or(ResponseError::UnknownServerError.code()),
+            Err(e) => {
+                upstream.forget_coordinator(group);
+                Err(coordinator_code(&e))
+            }
+        }
+    }
+
     pub(super) async fn delegate_join<'a>(
         &'a self,
         session: &mut Session,
@@ -510,19 +544,23 @@ impl Router {
         version: i16,
         operations: bool,
     ) -> DescribedGroup {
-        let upstream = self.cluster(cluster);
-        let answer: Result<DescribeGroupsResponse, UpstreamError> = async {
-            let connection = upstream.coordinator(group).await?;
-            let version = connection.version(ApiKey::DescribeGroups)?.min(version);
-            let mut request = DescribeGroupsRequest::default().with_groups(vec![group_id(group)]);
-            if version >= 3 {
-                request.include_authorized_operations = operations;
-            }
-            connection.request_at(&request, version).await
-        }
-        .await;
-        match answer.map(|r| r.groups.into_iter().next()) {
-            Ok(Some(mut described)) => {
+        let answer = self
+            .ask_coordinator(
+                cluster,
+                group,
+                version,
+                |version| {
+                    let mut request = DescribeGroupsRequest::default().with_groups(vec![group_id(group)]);
+                    if version >= 3 {
+                        request.include_authorized_operations = operations;
+                    }
+                    request
+                },
+                |r: DescribeGroupsResponse| r.groups.into_iter().next(),
+            )
+            .await;
+        match answer {
+            Ok(mut described) => {
                 if described.protocol_type.as_str() == "consumer" {
                     let down = |t: &str| self.client_name(cluster, t);
                     for member in &mut described.members {
@@ -532,15 +570,9 @@ impl Router {
                 }
                 described
             }
-            Ok(None) => DescribedGroup::default()
+            Err(code) => DescribedGroup::default()
                 .with_group_id(group_id(group))
-                .with_error_code(ResponseError::UnknownServerError.code()),
-            Err(e) => {
-                upstream.forget_coordinator(group);
-                DescribedGroup::default()
-                    .with_group_id(group_id(group))
-                    .with_error_code(coordinator_code(&e))
-            }
+                .with_error_code(code),
         }
     }
 
@@ -581,18 +613,21 @@ impl Router {
         version: i16,
         operations: bool,
     ) -> consumer_group_describe_response::DescribedGroup {
-        let upstream = self.cluster(cluster);
-        let answer: Result<ConsumerGroupDescribeResponse, UpstreamError> = async {
-            let connection = upstream.coordinator(group).await?;
-            let version = connection.version(ApiKey::ConsumerGroupDescribe)?.min(version);
-            let request = ConsumerGroupDescribeRequest::default()
-                .with_group_ids(vec![group.clone()])
-                .with_include_authorized_operations(operations);
-            connection.request_at(&request, version).await
-        }
-        .await;
-        match answer.map(|r| r.groups.into_iter().next()) {
-            Ok(Some(mut described)) => {
+        let answer = self
+            .ask_coordinator(
+                cluster,
+                group,
+                version,
+                |_| {
+                    ConsumerGroupDescribeRequest::default()
+                        .with_group_ids(vec![group.clone()])
+                        .with_include_authorized_operations(operations)
+                },
+                |r: ConsumerGroupDescribeResponse| r.groups.into_iter().next(),
+            )
+            .await;
+        match answer {
+            Ok(mut described) => {
                 let down =
                     |t: &TopicName| name(&self.client_name(cluster, t).unwrap_or_else(|| t.to_string()));
                 for member in &mut described.members {
@@ -611,15 +646,9 @@ impl Router {
                 }
                 described
             }
-            Ok(None) => consumer_group_describe_response::DescribedGroup::default()
+            Err(code) => consumer_group_describe_response::DescribedGroup::default()
                 .with_group_id(group.clone())
-                .with_error_code(ResponseError::UnknownServerError.code()),
-            Err(e) => {
-                upstream.forget_coordinator(group);
-                consumer_group_describe_response::DescribedGroup::default()
-                    .with_group_id(group.clone())
-                    .with_error_code(coordinator_code(&e))
-            }
+                .with_error_code(code),
         }
     }
 
@@ -650,27 +679,21 @@ impl Router {
                     .unwrap_or_default()
             };
             let delegated = join_all(req.groups_names.iter().filter_map(|g| {
-                let cluster = self.cluster(self.coordinated_by(g)?);
+                let cluster = self.coordinated_by(g)?;
                 Some(async move {
-                    let answer: Result<DeleteGroupsResponse, UpstreamError> = async {
-                        let connection = cluster.coordinator(g).await?;
-                        let v = connection.version(ApiKey::DeleteGroups)?.min(version);
-                        let request = DeleteGroupsRequest::default().with_groups_names(vec![g.clone()]);
-                        connection.request_at(&request, v).await
-                    }
-                    .await;
-                    match answer.map(|r| r.results.into_iter().next()) {
-                        Ok(Some(result)) => result,
-                        Ok(None) => DeletableGroupResult::default()
+                    self.ask_coordinator(
+                        cluster,
+                        g,
+                        version,
+                        |_| DeleteGroupsRequest::default().with_groups_names(vec![g.clone()]),
+                        |r: DeleteGroupsResponse| r.results.into_iter().next(),
+                    )
+                    .await
+                    .unwrap_or_else(|code| {
+                        DeletableGroupResult::default()
                             .with_group_id(g.clone())
-                            .with_error_code(ResponseError::UnknownServerError.code()),
-                        Err(e) => {
-                            cluster.forget_coordinator(g);
-                            DeletableGroupResult::default()
-                                .with_group_id(g.clone())
-                                .with_error_code(coordinator_code(&e))
-                        }
-                    }
+                            .with_error_code(code)
+                    })
                 })
             }));
             let (local_results, delegated) = futures_util::future::join(local_part, delegated).await;
