@@ -8,7 +8,7 @@
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use strait_upstream::splice::encode_frame;
+use strait_upstream::splice::{encode_frame, set_length};
 
 use crate::error::DecodeError;
 
@@ -133,9 +133,7 @@ pub fn encode_response(
             body.encode(&mut head, version)
                 .map_err(|e| format!("encoding {api:?} v{version} response: {e}"))?;
             let total = head.len();
-            let len =
-                i32::try_from(total - 4).map_err(|_| format!("a response of {total} bytes is too large"))?;
-            head[..4].copy_from_slice(&len.to_be_bytes());
+            set_length(&mut head, total)?;
             vec![head.freeze()]
         }
     };

@@ -14,8 +14,8 @@
 //! would push the bytes in flight past `max_bytes_in_flight` wait for room
 //! (a Fetch counts its `max_bytes` for the answer it will get), and
 //! Produce requests wait for room in the connection's [`crate::window`].
-//! A broker's
-//! throttle time (KIP-219) holds back further requests to it until it ends.
+//! A broker's throttle time (KIP-219) holds back further requests to it
+//! until it ends.
 //!
 //! Produce with `acks=0` gets no answer from Kafka and is not supported.
 

@@ -170,7 +170,7 @@ pub async fn write_chunks<W: AsyncWrite + Unpin>(
 
 /// Writes a frame's length (`total` less the 4 bytes of the length itself)
 /// into its first four bytes.
-fn set_length(head: &mut BytesMut, total: usize) -> Result<(), String> {
+pub fn set_length(head: &mut BytesMut, total: usize) -> Result<(), String> {
     let len = i32::try_from(total - 4).map_err(|_| format!("a frame of {total} bytes is too large"))?;
     head[..4].copy_from_slice(&len.to_be_bytes());
     Ok(())
