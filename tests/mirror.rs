@@ -173,6 +173,10 @@ fn background_producer(
             "120",
             "--value-size",
             "200",
+            // Only the mirror is killed here: a source broker that pauses
+            // for seconds on a busy machine must not fail the producer.
+            "--message-timeout",
+            "60",
             "-X",
             "compression.type=lz4",
         ],
