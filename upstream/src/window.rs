@@ -54,7 +54,7 @@ pub(crate) struct Window {
     room: Notify,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     /// Bytes of requests admitted and not answered.
     bytes: usize,
@@ -74,7 +74,6 @@ pub(crate) struct Slot {
     admitted: Instant,
     /// [`State::delivered`] when it was admitted.
     delivered: u64,
-    answered: bool,
 }
 
 impl Window {
@@ -95,7 +94,6 @@ impl Window {
                         bytes,
                         admitted: now,
                         delivered: state.delivered,
-                        answered: false,
                     };
                 }
             }
@@ -114,8 +112,8 @@ impl Window {
 
 impl Slot {
     /// The request's answer came: its round trip and the rate it saw are
-    /// samples.
-    pub(crate) fn answered(mut self) {
+    /// samples (its room is freed as it drops).
+    pub(crate) fn answered(self) {
         let now = Instant::now();
         let mut state = self.window.state.lock().expect("window lock");
         state.delivered += self.bytes as u64;
@@ -123,21 +121,18 @@ impl Slot {
             .saturating_duration_since(self.admitted)
             .max(Duration::from_micros(1));
         let rate = (state.delivered - self.delivered) as f64 / took.as_secs_f64();
-        state.rtt.sample(now, took.as_secs_f64(), RTT_PERIOD, f64::min);
-        state.rate.sample(now, rate, RATE_PERIOD, f64::max);
-        self.answered = true;
-        state.release(self.bytes);
-        drop(state);
-        self.window.room.notify_one();
+        state.rtt.sample(now, took.as_secs_f64());
+        state.rate.sample(now, rate);
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if !self.answered {
-            self.window.state.lock().expect("window lock").release(self.bytes);
-            self.window.room.notify_one();
-        }
+        let mut state = self.window.state.lock().expect("window lock");
+        state.bytes -= self.bytes;
+        state.requests -= 1;
+        drop(state);
+        self.window.room.notify_one();
     }
 }
 
@@ -151,28 +146,49 @@ impl State {
     }
 
     fn limit(&self, now: Instant) -> Option<usize> {
-        let rtt = self.rtt.get(now, RTT_PERIOD, f64::min)?;
-        let rate = self.rate.get(now, RATE_PERIOD, f64::max)?;
+        let rtt = self.rtt.get(now)?;
+        let rate = self.rate.get(now)?;
         Some((GAIN * rate * rtt) as usize)
     }
+}
 
-    fn release(&mut self, bytes: usize) {
-        self.bytes -= bytes;
-        self.requests -= 1;
+impl Default for State {
+    fn default() -> Self {
+        State {
+            bytes: 0,
+            requests: 0,
+            delivered: 0,
+            rtt: Windowed::new(RTT_PERIOD, f64::min),
+            rate: Windowed::new(RATE_PERIOD, f64::max),
+        }
     }
 }
 
 /// The best of the samples of the last one to two periods: the current
 /// period's and the one before.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Windowed {
+    period: Duration,
+    /// The better of two samples (the shorter round trip, the higher rate).
+    best: fn(f64, f64) -> f64,
     started: Option<Instant>,
     current: Option<f64>,
     previous: Option<f64>,
 }
 
 impl Windowed {
-    fn sample(&mut self, now: Instant, value: f64, period: Duration, best: fn(f64, f64) -> f64) {
+    fn new(period: Duration, best: fn(f64, f64) -> f64) -> Windowed {
+        Windowed {
+            period,
+            best,
+            started: None,
+            current: None,
+            previous: None,
+        }
+    }
+
+    fn sample(&mut self, now: Instant, value: f64) {
+        let (period, best) = (self.period, self.best);
         match self.started {
             Some(started) if now.saturating_duration_since(started) < period => {}
             Some(started) if now.saturating_duration_since(started) < 2 * period => {
@@ -188,7 +204,8 @@ impl Windowed {
         self.current = Some(self.current.map_or(value, |c| best(c, value)));
     }
 
-    fn get(&self, now: Instant, period: Duration, best: fn(f64, f64) -> f64) -> Option<f64> {
+    fn get(&self, now: Instant) -> Option<f64> {
+        let (period, best) = (self.period, self.best);
         let age = now.saturating_duration_since(self.started?);
         match (self.current, self.previous) {
             _ if age >= 2 * period => None,
