@@ -138,6 +138,7 @@
 //! `MIRROR_BENCH_WAN_RTT_MS`, `MIRROR_BENCH_LATENCY_RATE`,
 //! `MIRROR_BENCH_LATENCY_SECS`, `MIRROR_BENCH_LIMIT_IN_FLIGHT`,
 //! `MIRROR_BENCH_POLL_MS`, `MIRROR_BENCH_WARM_BYTES`, `MIRROR_BENCH_CLUSTER_OPTIONS`,
+//! `MIRROR_BENCH_MIRROR_OPTIONS`,
 //! `MIRROR_BENCH_NETNS` (the sources' namespace; default
 //! `strait-mb-PID`), `STRAIT_BIN`.
 
@@ -394,6 +395,8 @@ struct Knobs {
     poll: Duration,
     warm_bytes: u64,
     cluster_options: String,
+    /// More keys of the Strait mirror itself, YAML lines.
+    mirror_options: Vec<String>,
     netns: String,
     strait_bin: PathBuf,
 }
@@ -487,6 +490,13 @@ fn knobs() -> Res<Knobs> {
             Err(_) => 3 * records * RECORD_BYTES as u64,
         },
         cluster_options: std::env::var("MIRROR_BENCH_CLUSTER_OPTIONS").unwrap_or_default(),
+        mirror_options: std::env::var("MIRROR_BENCH_MIRROR_OPTIONS")
+            .unwrap_or_default()
+            .split(';')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect(),
         netns: std::env::var("MIRROR_BENCH_NETNS")
             .unwrap_or_else(|_| format!("strait-mb-{}", std::process::id())),
         strait_bin: std::env::var_os("STRAIT_BIN")
@@ -1075,6 +1085,9 @@ fn print_facts(ctx: &Ctx) {
     }
     if !knobs.cluster_options.is_empty() {
         println!("  Strait mirror clusters get: {}", knobs.cluster_options);
+    }
+    if !knobs.mirror_options.is_empty() {
+        println!("  the Strait mirror gets: {}", knobs.mirror_options.join("; "));
     }
     println!(
         "  MB = 10^6 B of record values; batch MB = 10^6 B of record batches as stored (lz4); rates and CPU \
@@ -2583,6 +2596,11 @@ fn mirror_config(
     } else {
         format!(", {}", knobs.cluster_options)
     };
+    let mirror_extra: String = knobs
+        .mirror_options
+        .iter()
+        .map(|o| format!("    {o}\n"))
+        .collect();
     format!(
         "# written by benches/mirror.rs\n\
          clusters:\n  \
@@ -2594,7 +2612,7 @@ fn mirror_config(
              source: source\n    \
              target: target\n    \
              topics: \"{topics}\"\n    \
-             rename: \"strait-{name}.{{topic}}\"\n"
+             rename: \"strait-{name}.{{topic}}\"\n{mirror_extra}"
     )
 }
 

@@ -55,6 +55,8 @@ pub fn start(
                 OnLostRecords::Continue => OnLost::Continue,
                 OnLostRecords::Stop => OnLost::Stop,
             },
+            coalesce_below: m.coalesce_below.bytes() as usize,
+            coalesce_up_to: strait_config::mirror::COALESCE_UP_TO.bytes() as usize,
             shutdown_grace: Duration::from(config.server.shutdown_grace),
             metrics: metrics.clone(),
         };

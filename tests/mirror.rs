@@ -255,14 +255,70 @@ fn sigkill_three_times_mid_stream_still_exactly_once_strait_to_kafka() {
     );
 }
 
+/// Small source batches (a librdkafka producer at 1,500 records/s over 8
+/// partitions writes a few records per batch) merged on their way
+/// (`coalesce_below`), Kafka to Kafka: a restart compares each merged
+/// target batch with the source batches it holds, whichever a fetch
+/// brought, and goes on after them.
+#[test]
+fn sigkill_three_times_mid_stream_still_exactly_once_coalesced_kafka_to_kafka() {
+    let topic = unique("events");
+    let metrics = sigkill_test_with(
+        &Kafka::shared().bootstrap(),
+        &Kafka::second().bootstrap(),
+        &topic,
+        "already on the target",
+        "    coalesce_below: 64KiB\n",
+    );
+    assert_coalesced(&metrics);
+}
+
+/// The same from Tansu, which drops commit metadata: the target's last
+/// batch, merged, is found by content among runs of source batches.
+#[test]
+fn sigkill_three_times_mid_stream_still_exactly_once_coalesced_from_tansu() {
+    let source = Tansu::start();
+    let target = Strait::start(&[]);
+    let metrics = sigkill_test_with(
+        &source.bootstrap(),
+        &target.bootstrap(),
+        "events",
+        "found the target's last batch by content",
+        "    coalesce_below: 64KiB\n",
+    );
+    assert_coalesced(&metrics);
+}
+
+/// The mirror wrote merged batches. A mirror that keeps up gets a batch or
+/// two per fetch, which stay as they are; merges come from the backlog
+/// after each restart.
+fn assert_coalesced(metrics: &str) {
+    let reencoded: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("strait_mirror_batches_total{") && l.contains("how=\"reencoded\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(reencoded > 0.0, "no batch was merged:\n{metrics}");
+}
+
+fn sigkill_test(source: &str, target: &str, topic: &str, resumed: &str) {
+    sigkill_test_with(source, target, topic, resumed, "");
+}
+
 /// Commits every 5 s, so each kill lands with records on the target past
 /// the committed position: the restart must find them (`resumed` is the
-/// log line that says it did) rather than send them again.
-fn sigkill_test(source: &str, target: &str, topic: &str, resumed: &str) {
+/// log line that says it did) rather than send them again. `extra` is more
+/// of the mirror's config; returns its last process's metrics.
+fn sigkill_test_with(source: &str, target: &str, topic: &str, resumed: &str, extra: &str) -> String {
     support::create_topic("ck_admin.py", source, topic, 8);
     let total = 6_000;
     let mut producer = background_producer(source, topic, total, 1_500);
-    let mut mirror = MirrorProc::start(&config(source, target, topic, "    commit_interval: 5s"));
+    let mut mirror = MirrorProc::start(&config(
+        source,
+        target,
+        topic,
+        &format!("    commit_interval: 5s\n{extra}"),
+    ));
     for kill in 0..3 {
         let before = acked(&producer);
         producer.wait_for(Duration::from_secs(60), |lines| {
@@ -283,7 +339,9 @@ fn sigkill_test(source: &str, target: &str, topic: &str, resumed: &str) {
         log.contains(resumed),
         "no restart found mirrored records past the commit:\n{log}"
     );
+    let metrics = mirror.get("/metrics");
     assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
+    metrics
 }
 
 /// The target broker is killed with SIGKILL and restarted mid-stream (a

@@ -392,6 +392,7 @@ mirrors:
     discovery_interval: 10s
     max_bytes_in_flight: 64MiB
     on_lost_records: continue
+    coalesce_below: 0B
 routes:
 - regex: .*
   to: local

@@ -405,11 +405,13 @@ pub struct ReEncodeReasons {
     pub log_append_time: bool,
     /// The source batch is above [`TransformOptions::max_batch_bytes`].
     pub too_large: bool,
+    /// Small batches merged into one ([`coalesce`]).
+    pub coalesced: bool,
 }
 
 impl ReEncodeReasons {
     fn any(&self) -> bool {
-        self.offset_gaps || self.before_position || self.log_append_time || self.too_large
+        self.offset_gaps || self.before_position || self.log_append_time || self.too_large || self.coalesced
     }
 }
 
@@ -678,6 +680,7 @@ impl PartitionTransformer {
             before_position: h.base_offset < self.position,
             log_append_time: h.log_append_time(),
             too_large: batch.bytes.len() > self.options.max_batch_bytes,
+            coalesced: false,
         };
         let section = if reasons.any() || codec == Compression::None {
             Some(
@@ -993,6 +996,173 @@ fn zigzag(value: i64) -> u64 {
 fn varint_len(value: i64) -> usize {
     let bits = 64 - zigzag(value).leading_zeros() as usize;
     bits.div_ceil(7).max(1)
+}
+
+/// Merges runs of consecutive small target batches (each under `below`
+/// bytes, of one codec, together within `up_to` bytes and the target's
+/// `max.message.bytes`) into one batch per run ([`coalesce`]); other
+/// batches, and runs of one, stay as they are. Which batches a run takes
+/// depends on what one fetch brought, so it is not the same after a
+/// restart: [`Coalesced::matches`] compares a target batch with the
+/// source batches it may have been made of, whatever the run was.
+pub fn coalesce_runs<'a>(
+    batches: Vec<TargetBatch<'a>>,
+    below: usize,
+    up_to: usize,
+    options: TransformOptions,
+) -> Result<Vec<TargetBatch<'a>>, TransformError> {
+    let up_to = up_to.min(options.max_batch_bytes);
+    let mut out = Vec::with_capacity(batches.len());
+    let mut run: Vec<TargetBatch<'a>> = Vec::new();
+    let mut run_bytes = 0;
+    let flush =
+        |run: &mut Vec<TargetBatch<'a>>, out: &mut Vec<TargetBatch<'a>>| -> Result<(), TransformError> {
+            if run.len() > 1 {
+                if let Some(merged) = coalesce(run, options)? {
+                    out.push(merged);
+                    run.clear();
+                    return Ok(());
+                }
+            }
+            out.append(run);
+            Ok(())
+        };
+    for batch in batches {
+        let small = batch.bytes.len() < below;
+        let fits = run.first().is_some_and(|first| {
+            codec_of(first) == codec_of(&batch) && run_bytes + batch.bytes.len() <= up_to
+        });
+        if !(small && fits) {
+            flush(&mut run, &mut out)?;
+            run_bytes = 0;
+        }
+        if small {
+            run_bytes += batch.bytes.len();
+            run.push(batch);
+        } else {
+            out.push(batch);
+        }
+    }
+    flush(&mut run, &mut out)?;
+    Ok(out)
+}
+
+/// One batch holding the records of `batches` (at least one), in order,
+/// with their keys, values, headers, attributes and timestamps, in the
+/// first batch's codec; `None` when it would be larger than
+/// [`TransformOptions::max_batch_bytes`]. The same batches always give the
+/// same bytes.
+pub fn coalesce(
+    batches: &[TargetBatch<'_>],
+    options: TransformOptions,
+) -> Result<Option<TargetBatch<'static>>, TransformError> {
+    let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
+        return Ok(None);
+    };
+    let codec = codec_of(first);
+    let mut sections = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let h = BatchHeader::parse(&batch.bytes).expect("a target batch holds one whole batch");
+        let section = wire::records_section(&batch.bytes, options.max_uncompressed_bytes)
+            .map_err(|e| records_error(&h, e))?;
+        sections.push((h, section));
+    }
+    let mut records = Vec::with_capacity(sections.len());
+    for (h, section) in &sections {
+        records.push((
+            h,
+            wire::parse_raw_records(section, h.record_count).map_err(|e| records_error(h, e))?,
+        ));
+    }
+    // Source offsets are known only at the ends; within, they only name
+    // records in errors.
+    let kept: Vec<Kept<'_>> = records
+        .iter()
+        .flat_map(|(h, records)| {
+            records.iter().map(|record| Kept {
+                offset: first.source.first_offset,
+                timestamp: h.base_timestamp.wrapping_add(record.timestamp_delta),
+                record,
+            })
+        })
+        .collect();
+    let bytes = encode(&kept, codec);
+    if bytes.len() > options.max_batch_bytes {
+        return Ok(None);
+    }
+    let count = kept.len() as i32;
+    Ok(Some(TargetBatch {
+        bytes: Cow::Owned(bytes),
+        kind: TargetKind::ReEncoded(ReEncodeReasons {
+            coalesced: true,
+            ..ReEncodeReasons::default()
+        }),
+        source: SourceRange {
+            first_offset: first.source.first_offset,
+            last_offset: last.source.last_offset,
+            record_count: count,
+        },
+        last_offset_delta: count - 1,
+    }))
+}
+
+fn codec_of(batch: &TargetBatch<'_>) -> Compression {
+    BatchHeader::parse(&batch.bytes).map_or(Compression::None, |h| h.compression())
+}
+
+/// Finds a target batch among the source batches it may have been made
+/// of: fed the source's target batches in order ([`Coalesced::push`]), it
+/// says whether the last ones, alone or merged ([`coalesce`]), give a
+/// target batch of `records` records and fingerprint `fingerprint`.
+#[derive(Debug)]
+pub struct Coalesced {
+    records: i32,
+    fingerprint: Fingerprint,
+    options: TransformOptions,
+    /// The latest batches, holding at most `records` records together.
+    window: std::collections::VecDeque<TargetBatch<'static>>,
+    held: i64,
+}
+
+impl Coalesced {
+    /// Looks for a batch of `records` records with `fingerprint`.
+    pub fn matching(records: i32, fingerprint: Fingerprint, options: TransformOptions) -> Self {
+        Coalesced {
+            records,
+            fingerprint,
+            options,
+            window: Default::default(),
+            held: 0,
+        }
+    }
+
+    /// Takes the next source batch; whether the batches up to it match.
+    pub fn push(&mut self, batch: TargetBatch<'_>) -> Result<bool, TransformError> {
+        self.held += i64::from(batch.record_count());
+        self.window.push_back(batch.into_owned());
+        while self.held > i64::from(self.records) {
+            let dropped = self.window.pop_front().expect("records held");
+            self.held -= i64::from(dropped.record_count());
+        }
+        if self.held != i64::from(self.records) {
+            return Ok(false);
+        }
+        made_of(self.window.make_contiguous(), self.fingerprint, self.options)
+    }
+}
+
+/// Whether `batches` (in order, at least one) are what the target batch
+/// with `fingerprint` was made of: the one batch itself, or several merged.
+pub fn made_of(
+    batches: &[TargetBatch<'_>],
+    fingerprint: Fingerprint,
+    options: TransformOptions,
+) -> Result<bool, TransformError> {
+    Ok(match batches {
+        [] => false,
+        [one] => one.fingerprint() == fingerprint,
+        _ => coalesce(batches, options)?.is_some_and(|b| b.fingerprint() == fingerprint),
+    })
 }
 
 /// The mirror's producer fields for one produce request.

@@ -60,6 +60,11 @@ pub struct MirrorSpec {
     pub max_bytes_in_flight: usize,
     /// What to do about records lost to source retention.
     pub on_lost: OnLost,
+    /// Batches smaller than this are merged with their small neighbours
+    /// ([`crate::batch::coalesce_runs`]); 0: none are.
+    pub coalesce_below: usize,
+    /// The largest batch small ones are merged into.
+    pub coalesce_up_to: usize,
     /// How long shutdown waits for fetched records to be written.
     pub shutdown_grace: Duration,
     /// Where histograms and error counters go.
@@ -127,6 +132,8 @@ pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Rece
         budget_bytes: spec.max_bytes_in_flight,
         start: spec.start,
         on_lost: spec.on_lost,
+        coalesce_below: spec.coalesce_below,
+        coalesce_up_to: spec.coalesce_up_to,
         shutdown: shutdown.clone(),
         producer_id: tokio::sync::OnceCell::new(),
         metrics: spec.metrics.clone(),

@@ -85,6 +85,10 @@ pub struct Shared {
     pub start: StartAt,
     /// Lost records: go on or stop.
     pub on_lost: OnLost,
+    /// Batches smaller than this are merged (0: none are).
+    pub coalesce_below: usize,
+    /// The largest batch they are merged into.
+    pub coalesce_up_to: usize,
     /// Turns true on shutdown.
     pub shutdown: watch::Receiver<bool>,
     /// The producer id every partition starts with.
@@ -148,10 +152,6 @@ pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>) {
                 }
                 tracing::warn!(mirror = %shared.name, topic = %state.source_topic, partition = state.partition, error = %e, "partition retrying");
                 state.set_status(Status::Retrying(e.to_string()));
-                if state.oldest_unknown() {
-                    // Lag in seconds stays exact while the target is away.
-                    peek(&shared, &state).await;
-                }
                 if state
                     .acked()
                     .is_some_and(|now| before.is_some_and(|b| now.0 > b.0))
@@ -159,18 +159,34 @@ pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>) {
                     // The round got somewhere: this is a new trouble.
                     backoff.reset();
                 }
-                let delay = backoff.next_delay();
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = crate::shut_down(&mut shutdown) => return,
+                let until = Instant::now() + backoff.next_delay();
+                loop {
+                    // Lag stays live while the partition waits (the
+                    // target away): the source's end, and the age of its
+                    // oldest record not mirrored.
+                    tokio::select! {
+                        _ = peek(&shared, &state) => {}
+                        _ = crate::shut_down(&mut shutdown) => return,
+                    }
+                    if Instant::now() >= until {
+                        break;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep_until((Instant::now() + PEEK_INTERVAL).min(until)) => {}
+                        _ = crate::shut_down(&mut shutdown) => return,
+                    }
                 }
             }
         }
     }
 }
 
+/// How often a partition waiting to retry reads the source's end.
+const PEEK_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Fetches the batch at the acknowledged position, only to learn the
-/// timestamp of the oldest record not yet mirrored.
+/// source's high watermark and the timestamp of the oldest record not yet
+/// mirrored.
 async fn peek(shared: &Shared, state: &PartitionState) {
     let Some((next, _)) = state.acked() else { return };
     let Ok(fetched) = shared
@@ -315,31 +331,37 @@ async fn fetch_loop(
         transformer.add_aborted(&aborted);
         let records = &fetched.records;
         let mut batches = FetchedBatches::new(records);
-        let mut pieces = Vec::new();
+        let source_data = |error| MirrorError::SourceData {
+            offset: position,
+            error,
+        };
+        let mut outs = Vec::new();
         for found in &mut batches {
-            let found = found.map_err(|error| MirrorError::SourceData {
-                offset: position,
-                error,
-            })?;
-            let transformed = transformer
-                .transform(&found)
-                .map_err(|error| MirrorError::SourceData {
-                    offset: position,
-                    error,
-                })?;
-            for out in transformed.into_batches() {
-                let source = out.source();
-                let sequence_count = out.sequence_count();
-                let passed_through = out.kind() == TargetKind::PassedThrough;
-                let timestamp =
-                    strait_spool::batch::BatchHeader::parse(out.bytes()).map_or(0, |h| h.base_timestamp);
-                let bytes = match out.into_bytes() {
-                    std::borrow::Cow::Borrowed(slice) => records.slice_ref(slice),
-                    std::borrow::Cow::Owned(owned) => Bytes::from(owned),
-                };
-                state.fetched(source.last_offset, timestamp);
-                pieces.push((bytes, source, sequence_count, passed_through, timestamp));
-            }
+            let found = found.map_err(source_data)?;
+            outs.extend(transformer.transform(&found).map_err(source_data)?.into_batches());
+        }
+        if shared.coalesce_below > 0 {
+            outs = batch::coalesce_runs(
+                outs,
+                shared.coalesce_below,
+                shared.coalesce_up_to,
+                transformer.options(),
+            )
+            .map_err(source_data)?;
+        }
+        let mut pieces = Vec::new();
+        for out in outs {
+            let source = out.source();
+            let sequence_count = out.sequence_count();
+            let passed_through = out.kind() == TargetKind::PassedThrough;
+            let timestamp =
+                strait_spool::batch::BatchHeader::parse(out.bytes()).map_or(0, |h| h.base_timestamp);
+            let bytes = match out.into_bytes() {
+                std::borrow::Cow::Borrowed(slice) => records.slice_ref(slice),
+                std::borrow::Cow::Owned(owned) => Bytes::from(owned),
+            };
+            state.fetched(source.last_offset, timestamp);
+            pieces.push((bytes, source, sequence_count, passed_through, timestamp));
         }
         // A first batch larger than asked for comes whole (KIP-74) from
         // Kafka 0.10.1 on; an older broker cuts it: ask for more next time.

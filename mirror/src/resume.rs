@@ -3,16 +3,22 @@
 //!
 //! Batches travel with their contents unchanged, and turning the same
 //! source batches into target batches always gives the same bytes, so the
-//! target's tail can be compared with the source batch by batch:
+//! target's tail can be compared with the source batch by batch. With
+//! `coalesce_below`, a target batch may instead hold several consecutive
+//! source batches merged, and which ones depended on what a fetch brought;
+//! merging the same batches again gives the same bytes, so a target batch
+//! of N records is compared with the source batches that hold the next N
+//! records, merged when they are more than one ([`batch::made_of`]):
 //!
 //! - **Known point** (the source kept the commit's metadata, or this
 //!   process acknowledged the point itself): source offset C maps to target
-//!   offset T. Every target batch from T on must be, in order, the next
-//!   batch the source gives from C; the partition goes on after the last
-//!   one. A mismatch stops the partition ([`MirrorError::Diverged`]).
+//!   offset T. Every target batch from T on must be, in order, made of the
+//!   next batches the source gives from C; the partition goes on after the
+//!   last one. A mismatch stops the partition ([`MirrorError::Diverged`]).
 //! - **Source offset only** (a source that drops commit metadata, as Tansu
 //!   0.6.0 does): the target's last batch is looked for among the batches
-//!   the source gives from C; the partition goes on after it, or at C when
+//!   the source gives from C, alone or as a run of them merged
+//!   ([`batch::Coalesced`]); the partition goes on after it, or at C when
 //!   it is not there (nothing after C was mirrored).
 //! - **No commit**: the partition starts at `start` (earliest or latest)
 //!   and commits that position, with the target's end, before it produces
@@ -29,7 +35,10 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use strait_upstream::{Cluster, UpstreamError};
 
-use crate::batch::{self, FetchedBatches, Fingerprint, PartitionTransformer, SourceBatch, TransformOptions};
+use crate::batch::{
+    self, Coalesced, FetchedBatches, Fingerprint, PartitionTransformer, SourceBatch, TargetBatch,
+    TransformOptions,
+};
 use crate::error::{self, MirrorError};
 use crate::grouped::Fetched;
 use crate::partition::Shared;
@@ -147,20 +156,34 @@ async fn walk(
             any = true;
             let header = found.header();
             let theirs = fingerprint(found)?;
-            let Some((ours, source_next)) = source.next().await? else {
+            // The source batches it was made of: one, or several merged
+            // (`coalesce_below`), as many as hold its records.
+            let mut made_of = Vec::new();
+            let mut held = 0i64;
+            while held < i64::from(header.record_count) {
+                let Some(ours) = source.next().await? else {
+                    return Err(diverged(
+                        state,
+                        format!(
+                            "the target holds a batch at offset {} that the source does not have after offset {s}",
+                            header.base_offset
+                        ),
+                    ));
+                };
+                held += i64::from(ours.record_count());
+                made_of.push(ours);
+            }
+            let source_next = made_of.last().map_or(s_next, |b| b.source().last_offset + 1);
+            let same = held == i64::from(header.record_count)
+                && batch::made_of(&made_of, theirs, options).map_err(|error| MirrorError::SourceData {
+                    offset: s_next,
+                    error,
+                })?;
+            if !same {
                 return Err(diverged(
                     state,
                     format!(
-                        "the target holds a batch at offset {} that the source does not have after offset {s}",
-                        header.base_offset
-                    ),
-                ));
-            };
-            if theirs != ours {
-                return Err(diverged(
-                    state,
-                    format!(
-                        "the target's batch at offset {} differs from the source's batch ending at offset {}",
+                        "the target's batch at offset {} differs from the source's records ending at offset {}",
                         header.base_offset,
                         source_next - 1
                     ),
@@ -192,12 +215,18 @@ async fn align(
     s: i64,
 ) -> Result<(i64, i64), MirrorError> {
     let (end, last) = target_tail(&shared.target, &state.target_topic, state.partition).await?;
-    let Some(last) = last else {
+    let Some((last, records)) = last else {
         return Ok((s, end));
     };
     let mut source = SourceCursor::new(shared, state, s, options);
-    while let Some((ours, source_next)) = source.next().await? {
-        if ours == last {
+    let mut looking = Coalesced::matching(records, last, options);
+    while let Some(ours) = source.next().await? {
+        let source_next = ours.source().last_offset + 1;
+        let found = looking.push(ours).map_err(|error| MirrorError::SourceData {
+            offset: source_next,
+            error,
+        })?;
+        if found {
             tracing::info!(
                 mirror = %shared.name, topic = %state.source_topic, partition = state.partition,
                 committed = s, resumes_at = source_next,
@@ -233,7 +262,7 @@ struct SourceCursor<'a> {
     shared: &'a Shared,
     state: &'a PartitionState,
     transformer: PartitionTransformer,
-    ready: std::collections::VecDeque<(Fingerprint, i64)>,
+    ready: std::collections::VecDeque<TargetBatch<'static>>,
     done: bool,
 }
 
@@ -248,9 +277,9 @@ impl<'a> SourceCursor<'a> {
         }
     }
 
-    /// The next target batch's fingerprint and the source offset after it;
-    /// `None` once the source has nothing more.
-    async fn next(&mut self) -> Result<Option<(Fingerprint, i64)>, MirrorError> {
+    /// The next target batch the source gives; `None` once the source has
+    /// nothing more.
+    async fn next(&mut self) -> Result<Option<TargetBatch<'static>>, MirrorError> {
         while self.ready.is_empty() && !self.done {
             let position = self.transformer.position();
             let fetched = self
@@ -286,10 +315,12 @@ impl<'a> SourceCursor<'a> {
                             offset: position,
                             error,
                         })?;
-                for out in transformed.batches() {
-                    self.ready
-                        .push_back((out.fingerprint(), out.source().last_offset + 1));
-                }
+                self.ready.extend(
+                    transformed
+                        .into_batches()
+                        .into_iter()
+                        .map(TargetBatch::into_owned),
+                );
             }
             // Caught up: nothing came back and the position is at the
             // watermark (or the broker named none).
@@ -303,14 +334,14 @@ impl<'a> SourceCursor<'a> {
     }
 }
 
-/// The target partition's end (next offset) and the fingerprint of its
-/// last batch. Reads forward from the listed end, since a broker may
+/// The target partition's end (next offset), and the fingerprint and
+/// record count of its last batch. Reads forward from the listed end, since a broker may
 /// under-report it (Tansu 0.6.0 does).
 pub async fn target_tail(
     target: &Cluster,
     topic: &str,
     partition: i32,
-) -> Result<(i64, Option<Fingerprint>), MirrorError> {
+) -> Result<(i64, Option<(Fingerprint, i32)>), MirrorError> {
     let listed = list_offset(target, topic, partition, -1)
         .await
         .map_err(error::target)?;
@@ -330,7 +361,7 @@ pub async fn target_tail(
                 continue;
             }
             any = true;
-            last = Some(fingerprint(found)?);
+            last = Some((fingerprint(found)?, found.header().record_count));
             end = end.max(found.last_offset() + 1);
             offset = found.last_offset() + 1;
         }

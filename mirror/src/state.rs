@@ -119,12 +119,6 @@ impl PartitionState {
         }
     }
 
-    /// Whether the age of the oldest unmirrored record is unknown while
-    /// records are waiting (nothing fetched since they arrived).
-    pub fn oldest_unknown(&self) -> bool {
-        self.lag_seconds().is_none() && self.lag_records() > 0
-    }
-
     /// Takes a high watermark from a fetch answer (ignored when the broker
     /// gave none).
     pub fn set_high_watermark(&self, high_watermark: i64) {

@@ -3,8 +3,9 @@
 mod support;
 
 use strait_mirror::batch::{
-    fingerprint, stamp, AbortedTransaction, FetchedBatches, PartitionTransformer, ProducerStamp,
-    ReEncodeReasons, Skipped, SourceBatch, TargetKind, TransformError, TransformOptions, Transformed,
+    coalesce, coalesce_runs, fingerprint, made_of, stamp, AbortedTransaction, Coalesced, FetchedBatches,
+    PartitionTransformer, ProducerStamp, ReEncodeReasons, Skipped, SourceBatch, TargetBatch, TargetKind,
+    TransformError, TransformOptions, Transformed,
 };
 use strait_spool::batch::{self, BatchError, BatchHeader, Compression, RecordError};
 use support::{consumed, decode, fix_crc, marker, run, Rec, Src};
@@ -780,4 +781,132 @@ fn ranges_map_target_offsets_back_to_source_offsets() {
             .collect::<Vec<_>>()
     );
     assert_eq!(t.position(), 136);
+}
+
+/// Source batches of `per` records each from offset 0, in `codec`, with a
+/// transactional one and a control batch between them, concatenated as one
+/// fetch brings them; and their records.
+fn small_batches(codec: Compression, batches: i64, per: i64) -> (Vec<u8>, Vec<Rec>) {
+    let mut bytes = Vec::new();
+    let mut records = Vec::new();
+    let mut offset = 0;
+    for b in 0..batches {
+        if b == batches / 2 {
+            // A committed transaction's batch and its marker in between.
+            let recs = recs(offset..offset + per);
+            bytes.extend(
+                Src::new(offset, recs.clone())
+                    .codec(codec)
+                    .producer(7)
+                    .transactional()
+                    .encode(),
+            );
+            records.extend(recs);
+            offset += per;
+            bytes.extend(marker(7, offset, false));
+            offset += 1;
+        }
+        let recs = recs(offset..offset + per);
+        bytes.extend(Src::new(offset, recs.clone()).codec(codec).encode());
+        records.extend(recs);
+        offset += per;
+    }
+    (bytes, records)
+}
+
+#[test]
+fn small_batches_coalesce_into_one_with_every_record_as_it_was() {
+    for codec in CODECS {
+        let (bytes, records) = small_batches(codec, 20, 5);
+        let mut t = PartitionTransformer::new(0, opts());
+        let out = run(&mut t, &[], &bytes).unwrap();
+        assert_eq!(out.len(), 21, "{codec}");
+        let merged = coalesce_runs(out.clone(), 1 << 20, 1 << 20, opts()).unwrap();
+        assert_eq!(merged.len(), 1, "{codec}");
+        let batch = &merged[0];
+        assert_eq!(
+            batch.kind(),
+            TargetKind::ReEncoded(ReEncodeReasons {
+                coalesced: true,
+                ..ReEncodeReasons::default()
+            })
+        );
+        let (h, _) = decode(batch.bytes(), 0);
+        assert_eq!(h.compression(), codec);
+        assert!(!h.is_transactional());
+        assert_eq!(batch.sequence_count(), 105);
+        let range = batch.source();
+        assert_eq!(
+            (range.first_offset, range.last_offset, range.record_count),
+            (0, 105, 105)
+        );
+        // Keys, values, headers and timestamps as the source had them, in
+        // order, the marker's offset left out.
+        assert_eq!(consumed(&merged, &records), records, "{codec}");
+        // Merging the same batches again gives the same bytes.
+        assert_eq!(coalesce(&out, opts()).unwrap().unwrap().bytes(), batch.bytes());
+    }
+}
+
+#[test]
+fn coalescing_keeps_large_batches_and_limits_as_they_are() {
+    let (bytes, records) = small_batches(Compression::None, 12, 10);
+    let mut t = PartitionTransformer::new(0, opts());
+    let out = run(&mut t, &[], &bytes).unwrap();
+    let sizes: Vec<usize> = out.iter().map(|b| b.bytes().len()).collect();
+    let one = *sizes.iter().max().unwrap();
+    // Below the size of the smallest batch: nothing is small.
+    let none = coalesce_runs(out.clone(), *sizes.iter().min().unwrap(), 1 << 20, opts()).unwrap();
+    assert_eq!(none, out);
+    // Runs of at most three batches' bytes.
+    let threes = coalesce_runs(out.clone(), one + 1, 3 * one + 10, opts()).unwrap();
+    assert!(
+        threes.iter().all(|b| b.record_count() <= 30),
+        "{:?}",
+        threes.iter().map(TargetBatch::record_count).collect::<Vec<_>>()
+    );
+    assert!(threes.len() < out.len());
+    assert_eq!(consumed(&threes, &records), records);
+    // Within the target's max.message.bytes, whatever up_to says.
+    let small = TransformOptions::new(2 * one + 10);
+    let pairs = coalesce_runs(out.clone(), one + 1, 1 << 20, small).unwrap();
+    assert!(pairs.iter().all(|b| b.bytes().len() <= 2 * one + 10));
+    assert_eq!(consumed(&pairs, &records), records);
+    // Codecs are not mixed: a run ends where the codec changes.
+    let mut mixed = Src::at(&[200, 201]).codec(Compression::Lz4).encode();
+    mixed.extend(Src::at(&[202, 203]).encode());
+    mixed.extend(Src::at(&[204, 205]).encode());
+    let mut t = PartitionTransformer::new(200, opts());
+    let out = run(&mut t, &[], &mixed).unwrap();
+    let runs = coalesce_runs(out, 1 << 20, 1 << 20, opts()).unwrap();
+    assert_eq!(
+        runs.iter().map(TargetBatch::record_count).collect::<Vec<_>>(),
+        vec![2, 4]
+    );
+}
+
+#[test]
+fn a_merged_batch_is_found_among_the_source_batches_it_was_made_of() {
+    let (bytes, _) = small_batches(Compression::Lz4, 10, 4);
+    let mut t = PartitionTransformer::new(0, opts());
+    let out: Vec<TargetBatch<'static>> = run(&mut t, &[], &bytes)
+        .unwrap()
+        .into_iter()
+        .map(TargetBatch::into_owned)
+        .collect();
+    // As a fetch that brought batches 3..7 merged them.
+    let merged = coalesce(&out[3..7], opts()).unwrap().unwrap();
+    let print = merged.fingerprint();
+    assert!(made_of(&out[3..7], print, opts()).unwrap());
+    assert!(!made_of(&out[3..6], print, opts()).unwrap());
+    assert!(!made_of(&out[4..8], print, opts()).unwrap());
+    assert!(made_of(&out[5..6], out[5].fingerprint(), opts()).unwrap());
+    // Found by content as the source's batches come one by one.
+    let mut looking = Coalesced::matching(merged.record_count(), print, opts());
+    let found: Vec<bool> = out.iter().map(|b| looking.push(b.clone()).unwrap()).collect();
+    assert_eq!(found.iter().position(|&f| f), Some(6), "{found:?}");
+    // A single batch too.
+    let mut looking = Coalesced::matching(out[8].record_count(), out[8].fingerprint(), opts());
+    let found: Vec<bool> = out.iter().map(|b| looking.push(b.clone()).unwrap()).collect();
+    assert_eq!(found.iter().position(|&f| f), Some(8), "{found:?}");
 }

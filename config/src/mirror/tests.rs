@@ -163,6 +163,7 @@ fn defaults() {
     assert_eq!(m.discovery_interval, HumanDuration::secs(10));
     assert_eq!(m.max_bytes_in_flight, ByteSize::mib(64));
     assert_eq!(m.on_lost_records, OnLostRecords::Continue);
+    assert_eq!(m.coalesce_below, ByteSize::b(0));
     assert_eq!(m.target_topic("orders"), "orders");
 
     // The effective configuration writes the group out.
@@ -411,6 +412,9 @@ fn mirror_refusals() {
         ]),
         ("source: nj\ntarget: cq\ntopics: orders\nmax_bytes_in_flight: 1000KiB", "mirrors.m.max_bytes_in_flight", &[
             "1000KiB is too small; at least 1MiB",
+        ]),
+        ("source: nj\ntarget: cq\ntopics: orders\ncoalesce_below: 2MiB", "mirrors.m.coalesce_below", &[
+            "2MiB is above 1MiB, the largest batch small ones are merged into",
         ]),
         ("source: nj\ntarget: cq\ntopics: orders\nstart: beginning", "mirrors.m.start", &[
             "unknown variant `beginning`, expected `earliest` or `latest`",
