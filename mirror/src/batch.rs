@@ -65,6 +65,9 @@
 //!   ([`TransformOptions::max_batch_bytes`]) is split into batches within it.
 //!   A record that does not fit alone is an error
 //!   ([`TransformError::RecordTooLarge`]): it cannot be mirrored.
+//! - **merged**: with the mirror's `coalesce_below`, consecutive small
+//!   target batches of one fetch are merged into one ([`coalesce_runs`]),
+//!   so that a target broker appends fewer, larger batches.
 //!
 //! A re-encoded batch keeps the source's codec. If its encoder fails (see
 //! [`compression::compress`]), the batch is written uncompressed instead;
@@ -1003,7 +1006,7 @@ fn varint_len(value: i64) -> usize {
 /// `max.message.bytes`) into one batch per run ([`coalesce`]); other
 /// batches, and runs of one, stay as they are. Which batches a run takes
 /// depends on what one fetch brought, so it is not the same after a
-/// restart: [`Coalesced::matches`] compares a target batch with the
+/// restart: [`made_of`] and [`Coalesced`] compare a target batch with the
 /// source batches it may have been made of, whatever the run was.
 pub fn coalesce_runs<'a>(
     batches: Vec<TargetBatch<'a>>,

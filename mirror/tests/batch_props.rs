@@ -5,7 +5,9 @@
 mod support;
 
 use proptest::prelude::*;
-use strait_mirror::batch::{FetchedBatches, PartitionTransformer, TargetBatch, TransformOptions};
+use strait_mirror::batch::{
+    coalesce_runs, made_of, FetchedBatches, PartitionTransformer, TargetBatch, TransformOptions,
+};
 use strait_spool::batch::Compression;
 use support::{consumed, decode, Rec, Src};
 
@@ -122,20 +124,38 @@ fn build(plans: &[BatchPlan]) -> (Vec<Vec<u8>>, Vec<Rec>) {
 /// the whole batches, fetch again from the first byte not consumed (the
 /// partial tail is fetched again), with responses cut at `cut` bytes.
 fn mirror(blob: &[u8], position: i64, limit: usize, cut: usize) -> (Vec<TargetBatch<'_>>, i64) {
-    let mut t = PartitionTransformer::new(position, TransformOptions::new(limit));
+    mirror_merging(blob, position, limit, cut, 0)
+}
+
+/// [`mirror`], merging each response's batches below `below` bytes as
+/// `coalesce_below` does (0: none).
+fn mirror_merging(
+    blob: &[u8],
+    position: i64,
+    limit: usize,
+    cut: usize,
+    below: usize,
+) -> (Vec<TargetBatch<'_>>, i64) {
+    let options = TransformOptions::new(limit);
+    let mut t = PartitionTransformer::new(position, options);
     let mut out = Vec::new();
     let mut at = 0;
     while at < blob.len() {
         let end = (at + cut).min(blob.len());
         let mut it = FetchedBatches::new(&blob[at..end]);
         let mut consumed = 0;
+        let mut fetched = Vec::new();
         for batch in &mut it {
             let batch = batch.expect("valid source");
             let transformed = t.transform(&batch).expect("transformable source");
             assert_eq!(transformed.next_offset(), t.position());
-            out.extend(transformed.into_batches());
+            fetched.extend(transformed.into_batches());
             consumed += batch.bytes().len();
         }
+        if below > 0 {
+            fetched = coalesce_runs(fetched, below, 1 << 20, options).expect("mergeable");
+        }
+        out.extend(fetched);
         assert_eq!(it.consumed_bytes(), consumed);
         assert_eq!(consumed + it.partial_bytes(), end - at);
         if consumed == 0 {
@@ -196,5 +216,47 @@ proptest! {
         let (again, _) = mirror(&blob, position, limit, blob.len() + 1);
         let bytes = |v: &[TargetBatch<'_>]| v.iter().map(|b| b.bytes().to_vec()).collect::<Vec<_>>();
         prop_assert_eq!(bytes(&out), bytes(&again));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Merged per fetch, whatever the cuts: the target gets exactly the
+    /// source's records, and a restart that walks the source's batches
+    /// (cut some other way, not merged) finds each merged batch as the
+    /// run of them holding its records.
+    #[test]
+    fn merged_batches_hold_the_records_and_are_found_again_after_a_restart(
+        plans in prop::collection::vec(batch_plan(), 1..8),
+        position_pick in 0.0f64..1.1,
+        limit in 400usize..6_000,
+        cut in 64usize..8_000,
+        below in 1usize..3_000,
+    ) {
+        let (batches, seen) = build(&plans);
+        let blob = batches.concat();
+        let end = seen.last().map_or(0, |r| r.offset) + 3;
+        let position = (end as f64 * position_pick) as i64;
+        let (merged, _) = mirror_merging(&blob, position, limit, cut, below);
+        let expected: Vec<Rec> = seen.iter().filter(|r| r.offset >= position).cloned().collect();
+        prop_assert_eq!(consumed(&merged, &seen), expected);
+        for b in &merged {
+            prop_assert!(b.bytes().len() <= limit, "{} bytes above {limit}", b.bytes().len());
+        }
+        let (plain, _) = mirror(&blob, position, limit, blob.len() + 1);
+        let mut source = plain.into_iter();
+        for b in &merged {
+            let mut run = Vec::new();
+            let mut held = 0;
+            while held < b.record_count() {
+                let next = source.next().expect("the source holds the merged records");
+                held += next.record_count();
+                run.push(next);
+            }
+            prop_assert_eq!(held, b.record_count());
+            prop_assert!(made_of(&run, b.fingerprint(), TransformOptions::new(limit)).unwrap());
+        }
+        prop_assert!(source.next().is_none());
     }
 }

@@ -5,14 +5,19 @@
 //! passed-through one is the source's bytes); the same input gives the same
 //! bytes twice.
 //!
+//! With flag bit 1, the target batches are then merged as `coalesce_below`
+//! does: an error or batches within the limit that hold the same records,
+//! in order.
+//!
 //! Input: 2 bytes of limit, 1 byte of position, 1 byte of flags (bit 0: an
-//! aborted transaction of producer 1000 at the position), then the records.
+//! aborted transaction of producer 1000 at the position; bit 1: merge),
+//! then the records.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use strait_mirror::batch::{
-    fingerprint, AbortedTransaction, FetchedBatches, PartitionTransformer, ProducerStamp, TargetKind,
-    TransformOptions,
+    coalesce_runs, fingerprint, AbortedTransaction, FetchedBatches, PartitionTransformer, ProducerStamp,
+    TargetBatch, TargetKind, TransformOptions,
 };
 use strait_spool::batch::{self, BatchHeader};
 
@@ -35,15 +40,48 @@ fuzz_target!(|data: &[u8]| {
         Vec::new()
     };
     let first = run(records, position, limit, &aborted);
-    assert_eq!(
-        first,
-        run(records, position, limit, &aborted),
-        "not deterministic"
-    );
+    let again = run(records, position, limit, &aborted);
+    assert_eq!(bytes(&first), bytes(&again), "not deterministic");
+    if flags & 2 != 0 {
+        merge(first, limit);
+    }
 });
 
-/// The produced batches (bytes), after checking each.
-fn run(records: &[u8], position: i64, limit: usize, aborted: &[AbortedTransaction]) -> Vec<Vec<u8>> {
+fn bytes(batches: &[TargetBatch<'_>]) -> Vec<Vec<u8>> {
+    batches.iter().map(|b| b.bytes().to_vec()).collect()
+}
+
+/// Merges `batches` as `coalesce_below: limit` would and checks the result.
+fn merge(batches: Vec<TargetBatch<'_>>, limit: usize) {
+    let options = TransformOptions {
+        max_batch_bytes: limit,
+        max_uncompressed_bytes: 1 << 20,
+    };
+    let records: i64 = batches.iter().map(|b| i64::from(b.record_count())).sum();
+    let first = batches.first().map(|b| b.source().first_offset);
+    let last = batches.last().map(|b| b.source().last_offset);
+    // A passed-through compressed batch was never decoded: merging it may
+    // find it bad, which is an error, not a panic.
+    let Ok(merged) = coalesce_runs(batches, limit, limit, options) else {
+        return;
+    };
+    assert_eq!(merged.iter().map(|b| i64::from(b.record_count())).sum::<i64>(), records);
+    assert_eq!(merged.first().map(|b| b.source().first_offset), first);
+    assert_eq!(merged.last().map(|b| b.source().last_offset), last);
+    for b in &merged {
+        assert!(b.bytes().len() <= limit);
+        let h = batch::validate(b.bytes()).expect("a merged batch validates");
+        assert_eq!(h.record_count, b.record_count());
+    }
+}
+
+/// The produced batches, after checking each.
+fn run<'a>(
+    records: &'a [u8],
+    position: i64,
+    limit: usize,
+    aborted: &[AbortedTransaction],
+) -> Vec<TargetBatch<'a>> {
     let options = TransformOptions {
         max_batch_bytes: limit,
         max_uncompressed_bytes: 1 << 20,
@@ -62,7 +100,7 @@ fn run(records: &[u8], position: i64, limit: usize, aborted: &[AbortedTransactio
         };
         assert_eq!(out.next_offset(), t.position());
         assert!(t.position() >= before);
-        for target in out.batches() {
+        for target in out.into_batches() {
             let bytes = target.bytes();
             assert!(
                 bytes.len() <= limit,
@@ -100,7 +138,7 @@ fn run(records: &[u8], position: i64, limit: usize, aborted: &[AbortedTransactio
                 }
             }
             let _ = BatchHeader::parse(bytes).expect("parses");
-            produced.push(bytes.to_vec());
+            produced.push(target);
         }
     }
     assert!(it.partial_bytes() <= records.len());
