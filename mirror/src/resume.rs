@@ -158,7 +158,7 @@ async fn walk(
             let theirs = fingerprint(found)?;
             // The source batches it was made of: one, or several merged
             // (`coalesce_below`), as many as hold its records.
-            let mut made_of = Vec::new();
+            let mut run = Vec::new();
             let mut held = 0i64;
             while held < i64::from(header.record_count) {
                 let Some(ours) = source.next().await? else {
@@ -171,11 +171,11 @@ async fn walk(
                     ));
                 };
                 held += i64::from(ours.record_count());
-                made_of.push(ours);
+                run.push(ours);
             }
-            let source_next = made_of.last().map_or(s_next, |b| b.source().last_offset + 1);
+            let source_next = run.last().map_or(s_next, |b| b.source().last_offset + 1);
             let same = held == i64::from(header.record_count)
-                && batch::made_of(&made_of, theirs, options).map_err(|error| MirrorError::SourceData {
+                && batch::made_of(&run, theirs, options).map_err(|error| MirrorError::SourceData {
                     offset: s_next,
                     error,
                 })?;
@@ -335,8 +335,8 @@ impl<'a> SourceCursor<'a> {
 }
 
 /// The target partition's end (next offset), and the fingerprint and
-/// record count of its last batch. Reads forward from the listed end, since a broker may
-/// under-report it (Tansu 0.6.0 does).
+/// record count of its last batch. Reads forward from the listed end,
+/// since a broker may under-report it (Tansu 0.6.0 does).
 pub async fn target_tail(
     target: &Cluster,
     topic: &str,

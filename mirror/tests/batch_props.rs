@@ -120,6 +120,17 @@ fn build(plans: &[BatchPlan]) -> (Vec<Vec<u8>>, Vec<Rec>) {
     (batches, seen)
 }
 
+/// The source batches of `plans`, every record in them, a position picked
+/// at `pick` of the offsets (past the end above 1), and the records from
+/// it on.
+fn source(plans: &[BatchPlan], pick: f64) -> (Vec<Vec<u8>>, Vec<Rec>, i64, Vec<Rec>) {
+    let (batches, seen) = build(plans);
+    let end = seen.last().map_or(0, |r| r.offset) + 3;
+    let position = (end as f64 * pick) as i64;
+    let expected = seen.iter().filter(|r| r.offset >= position).cloned().collect();
+    (batches, seen, position, expected)
+}
+
 /// Mirrors `blob` from `position` as the mirror would: fetch, transform
 /// the whole batches, fetch again from the first byte not consumed (the
 /// partial tail is fetched again), with responses cut at `cut` bytes.
@@ -182,13 +193,10 @@ proptest! {
         limit in 400usize..6_000,
         cut in 64usize..8_000,
     ) {
-        let (batches, seen) = build(&plans);
+        let (batches, seen, position, expected) = source(&plans, position_pick);
         let blob = batches.concat();
-        let end = seen.last().map_or(0, |r| r.offset) + 3;
-        let position = (end as f64 * position_pick) as i64;
         let (out, reached) = mirror(&blob, position, limit, cut);
 
-        let expected: Vec<Rec> = seen.iter().filter(|r| r.offset >= position).cloned().collect();
         prop_assert_eq!(consumed(&out, &seen), expected);
         let source_end = batches
             .last()
@@ -234,12 +242,9 @@ proptest! {
         cut in 64usize..8_000,
         below in 1usize..3_000,
     ) {
-        let (batches, seen) = build(&plans);
+        let (batches, seen, position, expected) = source(&plans, position_pick);
         let blob = batches.concat();
-        let end = seen.last().map_or(0, |r| r.offset) + 3;
-        let position = (end as f64 * position_pick) as i64;
         let (merged, _) = mirror_merging(&blob, position, limit, cut, below);
-        let expected: Vec<Rec> = seen.iter().filter(|r| r.offset >= position).cloned().collect();
         prop_assert_eq!(consumed(&merged, &seen), expected);
         for b in &merged {
             prop_assert!(b.bytes().len() <= limit, "{} bytes above {limit}", b.bytes().len());
