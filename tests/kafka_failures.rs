@@ -43,7 +43,11 @@ impl Drill {
             ),
         )
         .unwrap();
-        let strait = Strait::start(&["--config", path.to_str().unwrap()]);
+        // The router's refusals and failures, printed if a drill fails.
+        let strait = Strait::start_logging(
+            "info,strait_gateway::router=debug",
+            &["--config", path.to_str().unwrap()],
+        );
         Drill {
             kafka,
             strait,
@@ -501,6 +505,63 @@ fn a_frozen_broker_fails_its_partitions_in_time_and_the_rest_flows() {
         assert!(Instant::now() < deadline, "p0 still answers {code}");
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// An idempotent producer pipelines two batches to one partition; the
+/// first times out waiting for its replicas (it is on the leader, its fate
+/// unknown to the client) while the second is acknowledged. Kafka took the
+/// second after the first, so clients take both as delivered (librdkafka
+/// acknowledges the first implicitly) and never send the first again:
+/// Strait must let the producer's next batch through, not hold it back
+/// until the first comes again. Kafka holds every record once.
+#[test]
+fn a_timed_out_batch_followed_by_a_written_one_lets_the_producer_go_on() {
+    use support::raw;
+    let drill = Drill::start();
+    let (topic, client_topic) = drill.topic("timedout");
+    // (A replica out of sync after an earlier drill would make the answer
+    // NOT_ENOUGH_REPLICAS instead.)
+    drill.kafka.wait_in_sync(&topic, 0);
+    let mut conn = raw::Conn::open(drill.strait.port(), "pipelined");
+    // As clients do, the topic's leaders first.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !conn.metadata().topics.iter().any(|t| {
+        t.name.as_ref().is_some_and(|n| n.as_str() == client_topic)
+            && t.error_code == 0
+            && !t.partitions.is_empty()
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "{client_topic} not in Strait's metadata"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let init = raw::init_producer_id(&mut conn, None);
+    assert_eq!(init.error_code, 0, "{init:?}");
+    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+    // acks=all and no time to wait: the leader appends the batch and
+    // answers REQUEST_TIMED_OUT before the followers have it.
+    let first = raw::idempotent_batch(pid, epoch, 0, &["a0", "a1"]);
+    let second = raw::idempotent_batch(pid, epoch, 2, &["b0", "b1"]);
+    let (id0, frame0) = conn.produce_frame(&client_topic, 0, &first, 0);
+    let (id1, frame1) = conn.produce_frame(&client_topic, 0, &second, 5_000);
+    // In one write, so that Strait sends the second before the first's
+    // answer is back (a batch sent after a failure is known is held back).
+    conn.send_raw(&[frame0, frame1].concat());
+    assert_eq!(
+        conn.produce_answer(id0).0,
+        7,
+        "the first batch: REQUEST_TIMED_OUT"
+    );
+    assert_eq!(conn.produce_answer(id1).0, 0, "the second batch");
+    let third = raw::idempotent_batch(pid, epoch, 4, &["c0", "c1"]);
+    assert_eq!(
+        conn.produce(&client_topic, 0, &third, 5_000).0,
+        0,
+        "the next batch"
+    );
+    let acked = ["a0", "a1", "b0", "b1", "c0", "c1"].map(str::to_owned).into();
+    assert_once_on_kafka(drill.kafka, &topic, &acked);
 }
 
 /// `strait mirror` from the cluster to itself (`m.` before each name)

@@ -299,6 +299,31 @@ impl Kafka {
         }
     }
 
+    /// Waits until every replica of `topic`'s partition `p` is in sync.
+    pub fn wait_in_sync(&self, topic: &str, p: i32) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let in_sync = self.brokers.iter().any(|id| {
+                try_metadata(self.broker_port(*id))
+                    .and_then(|md| {
+                        let t = md
+                            .topics
+                            .into_iter()
+                            .find(|t| t.name.as_ref().map(|n| n.as_str()) == Some(topic))?;
+                        t.partitions.into_iter().find(|x| x.partition_index == p)
+                    })
+                    .is_some_and(|x| {
+                        !x.replica_nodes.is_empty() && x.isr_nodes.len() == x.replica_nodes.len()
+                    })
+            });
+            if in_sync {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{topic} p{p}: replicas not in sync");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// SIGKILLs node `id`.
     pub fn kill(&self, id: i32) {
         let mut nodes = self.nodes.lock().unwrap();

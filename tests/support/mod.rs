@@ -349,21 +349,28 @@ pub struct Strait {
     data: Option<PathBuf>,
     log: PathBuf,
     starts: u32,
+    /// STRAIT_LOG for the process, when not the test's own.
+    filter: Option<String>,
 }
 
 impl Strait {
     /// Starts `strait serve` on a free port with a fresh data directory.
     pub fn start(extra: &[&str]) -> Strait {
-        Strait::start_with(None, extra)
+        Strait::start_with(None, extra, None)
     }
 
     /// Starts `strait serve` with its data in `data` (the log stays in a
     /// directory of its own, off that file system).
     pub fn start_on(data: &Path, extra: &[&str]) -> Strait {
-        Strait::start_with(Some(data.to_path_buf()), extra)
+        Strait::start_with(Some(data.to_path_buf()), extra, None)
     }
 
-    fn start_with(data: Option<PathBuf>, extra: &[&str]) -> Strait {
+    /// Starts `strait serve` logging what `filter` (STRAIT_LOG) selects.
+    pub fn start_logging(filter: &str, extra: &[&str]) -> Strait {
+        Strait::start_with(None, extra, Some(filter))
+    }
+
+    fn start_with(data: Option<PathBuf>, extra: &[&str], filter: Option<&str>) -> Strait {
         let dir = tempfile::Builder::new()
             .prefix("strait-")
             .tempdir()
@@ -378,6 +385,7 @@ impl Strait {
             data,
             log,
             starts: 0,
+            filter: filter.map(str::to_owned),
         };
         let mut last = String::new();
         for _ in 0..3 {
@@ -402,7 +410,11 @@ impl Strait {
             data.display(),
             self.extra.join(" ")
         );
-        let mut child = Command::new(env!("CARGO_BIN_EXE_strait"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_strait"));
+        if let Some(filter) = &self.filter {
+            command.env("STRAIT_LOG", filter);
+        }
+        let mut child = command
             .arg("serve")
             .args(["--listen", &listen])
             .arg("--data-dir")

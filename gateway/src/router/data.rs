@@ -89,8 +89,9 @@ impl Router {
             for mut item in items.drain(..) {
                 if let Some(records) = item.data.take() {
                     let at = producers::chain_at(c, &item.upstream, item.partition, &records);
-                    if at.as_ref().is_some_and(|at| !self.producers.in_order(at)) {
-                        tracing::debug!(cluster = %c, topic = %item.upstream, partition = item.partition, "held back: an earlier batch of its producer failed");
+                    if let Some(Err(failed)) = at.as_ref().map(|at| self.producers.in_order(at)) {
+                        let sequence = at.as_ref().map(|(_, base)| *base);
+                        tracing::debug!(cluster = %c, topic = %item.upstream, partition = item.partition, ?sequence, failed, "held back: an earlier batch of its producer failed");
                         let mut answer =
                             produce_error(item.partition, ResponseError::NotLeaderOrFollower.code());
                         if head.version >= 8 {
@@ -200,13 +201,15 @@ impl Router {
                 }
             }
             for (item, result) in upstream_answers {
+                let at = chained.get(&(item.client.clone(), item.partition));
                 if result.as_ref().map_or(true, |p| p.error_code != 0) {
-                    let at = chained.get(&(item.client.clone(), item.partition));
                     let code = result.as_ref().map_or(-1, |p| p.error_code);
                     tracing::debug!(topic = %item.upstream, partition = item.partition, code, sequence = ?at.map(|(_, base)| base), "produce failed");
                     if let Some(at) = at {
                         self.producers.failed(at);
                     }
+                } else if let Some(at) = at {
+                    self.producers.written(at);
                 }
                 let answer = match result {
                     Ok(p) => {

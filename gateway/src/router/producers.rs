@@ -26,7 +26,10 @@
 //! once a sequenced batch failed, later batches of that producer and
 //! partition are answered NOT_LEADER_OR_FOLLOWER without being sent (not
 //! written; every client sends them again, in order) until the client sends
-//! the failed one again.
+//! the failed one again, or until a later batch sent before the failure was
+//! known is written: the upstream took it after the failed one, which was
+//! written too (a timeout while its replicas caught up), and clients take
+//! both as delivered and never send the first again.
 //!
 //! The map lives in memory. A client that goes on with its producer id
 //! after Strait restarted gets a new upstream producer id, whose first
@@ -211,20 +214,33 @@ pub(super) fn chain_at(cluster: &str, topic: &str, partition: i32, records: &Byt
 
 impl UpstreamProducers {
     /// Whether the batch at `at` may be sent now: not if it comes after
-    /// a batch of its chain that failed and was not sent again. Sending
-    /// that one again lets the rest follow.
-    pub(super) fn in_order(&self, (chain, base): &ChainAt) -> bool {
+    /// a batch of its chain that failed and was not sent again (whose base
+    /// sequence is the error). Sending that one again lets the rest follow.
+    pub(super) fn in_order(&self, (chain, base): &ChainAt) -> Result<(), i32> {
         let mut chains = self.chains.lock().unwrap_or_else(|e| e.into_inner());
         let Some(resume) = chains.get(chain) else {
-            return true;
+            return Ok(());
         };
         if *base > resume.at {
-            return false;
+            return Err(resume.at);
         }
         if *base == resume.at {
             chains.remove(chain);
         }
-        true
+        Ok(())
+    }
+
+    /// Notes that the batch at `at` was written. The upstream takes a
+    /// batch only after every earlier sequence of its producer, so an
+    /// earlier one that failed with its fate unknown (a timeout while its
+    /// replicas caught up) was written too: clients take it as delivered
+    /// and never send it again (librdkafka acknowledges it implicitly), so
+    /// the chain goes on.
+    pub(super) fn written(&self, (chain, base): &ChainAt) {
+        let mut chains = self.chains.lock().unwrap_or_else(|e| e.into_inner());
+        if chains.get(chain).is_some_and(|resume| resume.at < *base) {
+            chains.remove(chain);
+        }
     }
 
     /// Notes that the batch at `at` failed (was answered with an error,
@@ -282,23 +298,31 @@ mod tests {
         let at = |cluster: &str, partition, producer_id, seq| {
             chain_at(cluster, "orders", partition, &batch(producer_id, seq, 0)).unwrap()
         };
-        let ok = |seq| producers.in_order(&at("east", 0, 7, seq));
+        let ok = |seq| producers.in_order(&at("east", 0, 7, seq)).is_ok();
         assert!(ok(0) && ok(2) && ok(4));
         producers.failed(&at("east", 0, 7, 4));
         producers.failed(&at("east", 0, 7, 2));
         // Past the earliest failure: not sent.
-        assert!(!ok(4));
+        assert_eq!(producers.in_order(&at("east", 0, 7, 4)), Err(2));
         assert!(!ok(6));
         // Other partitions, clusters and producers go on.
-        assert!(producers.in_order(&at("east", 1, 7, 6)));
-        assert!(producers.in_order(&at("west", 0, 7, 6)));
-        assert!(producers.in_order(&at("east", 0, 8, 6)));
+        assert!(producers.in_order(&at("east", 1, 7, 6)).is_ok());
+        assert!(producers.in_order(&at("west", 0, 7, 6)).is_ok());
+        assert!(producers.in_order(&at("east", 0, 8, 6)).is_ok());
         // An older batch (its answer lost) goes, the failure still waits.
         assert!(ok(0));
         assert!(!ok(4));
         // The failed one again, then the rest.
         assert!(ok(2));
         assert!(ok(4) && ok(6));
+        // A later batch written while a failure waits (sent before the
+        // failure was known): the failed one was written too, and clients
+        // do not send it again.
+        producers.failed(&at("east", 0, 7, 8));
+        producers.written(&at("east", 0, 7, 6));
+        assert!(!ok(10));
+        producers.written(&at("east", 0, 7, 10));
+        assert!(ok(12));
         // Batches without a producer id, and transactional ones, have no
         // place in a chain.
         assert!(chain_at("east", "orders", 0, &batch(-1, -1, 0)).is_none());
