@@ -627,7 +627,7 @@ fn raw_produce_frame(topic: &str) -> Result<Vec<u8>, String> {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
-    let batch = bytes::Bytes::from(strait_spool::batch::build::batch(now_ms, &values));
+    let batch = bytes::Bytes::from(strait_batch::build::batch(now_ms, &values));
     let request = ProduceRequest::default()
         .with_acks(1)
         .with_timeout_ms(30_000)

@@ -173,7 +173,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
-use strait_spool::batch::{BatchHeader, HEADER_LEN};
+use strait_batch::{BatchHeader, HEADER_LEN};
 use strait_upstream::{Cluster, ClusterOptions, ConnectOptions, Connection};
 use support::relay::Relay;
 

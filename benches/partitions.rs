@@ -39,7 +39,7 @@ use kafka_protocol::messages::{
     MetadataResponse, ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, StrBytes};
-use strait_spool::batch::{build, BatchHeader};
+use strait_batch::{build, BatchHeader};
 use support::raw::Conn;
 
 const PARTITIONS_PER_TOPIC: i32 = 4;

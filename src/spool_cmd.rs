@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use strait_spool::batch;
+use strait_batch as batch;
 use strait_spool::verify::{self, BatchInfo};
 
 /// Verifies a partition or data directory; fails if anything is wrong.

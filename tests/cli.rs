@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use strait_spool::batch::build;
+use strait_batch::build;
 use strait_spool::{Durability, LogConfig, Partition};
 
 fn strait(args: &[&str]) -> Output {

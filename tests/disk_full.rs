@@ -29,7 +29,7 @@ use kafka_protocol::messages::{
     ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use strait_spool::batch::{build, Batches};
+use strait_batch::{build, Batches};
 use support::Strait;
 
 /// The tests of this file run one at a time: a restart reuses its port,
@@ -200,7 +200,7 @@ impl Conn {
             })
             .collect();
         let end = batches.last().map_or(0, |(_, b)| {
-            let h = strait_spool::batch::BatchHeader::parse(b).unwrap();
+            let h = strait_batch::BatchHeader::parse(b).unwrap();
             h.last_offset() + 1
         });
         assert_eq!(end, p.high_watermark, "one fetch reads the whole partition");
@@ -253,7 +253,7 @@ fn batch_sized(tag: u8, size: usize) -> Vec<u8> {
 /// `batch` as stored at `offset`.
 fn stamped(batch: &[u8], offset: i64) -> Vec<u8> {
     let mut out = batch.to_vec();
-    strait_spool::batch::stamp(&mut out, offset, 0);
+    strait_batch::stamp(&mut out, offset, 0);
     out
 }
 

@@ -831,9 +831,9 @@ fn compacted_batch(
     partition: i32,
     offset_deltas: &[i64],
     last_offset_delta: i32,
-    codec: strait_spool::batch::Compression,
+    codec: strait_batch::Compression,
 ) -> Vec<u8> {
-    use strait_spool::batch::build;
+    use strait_batch::build;
     let base_timestamp = 1_700_000_000_000i64;
     let section: Vec<u8> = offset_deltas
         .iter()
@@ -847,10 +847,10 @@ fn compacted_batch(
             )
         })
         .collect();
-    let section = strait_spool::compression::compress(codec, &section).unwrap();
+    let section = strait_batch::compression::compress(codec, &section).unwrap();
     let attributes = match codec {
-        strait_spool::batch::Compression::None => 0,
-        strait_spool::batch::Compression::Lz4 => 3,
+        strait_batch::Compression::None => 0,
+        strait_batch::Compression::Lz4 => 3,
         other => panic!("{other:?} not used here"),
     };
     let spec = build::BatchSpec {
@@ -880,7 +880,7 @@ fn compacted_batch(
 /// compacted Kafka topic.
 #[test]
 fn a_compacted_source_arrives_without_its_gaps() {
-    use strait_spool::batch::Compression;
+    use strait_batch::Compression;
     let source = Strait::start(&[]);
     let target = Strait::start(&[]);
     support::create_topic("ck_admin.py", &source.bootstrap(), "compacted", 2);

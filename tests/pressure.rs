@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{ApiKey, FetchRequest};
-use strait_spool::batch::{build, BatchHeader};
+use strait_batch::{build, BatchHeader};
 use support::{create_topic, get_u64, raw, run_client, unique, Strait};
 
 /// Bytes of records in the big topic: more than one Fetch response may

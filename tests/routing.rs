@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId};
 use kafka_protocol::protocol::StrBytes;
 use serde_json::Value;
-use strait_spool::batch::build;
+use strait_batch::build;
 use support::relay::Relay;
 use support::{committed, kcat, raw, routed_strait, run_client, Strait, Tansu};
 

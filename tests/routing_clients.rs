@@ -22,7 +22,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::Value;
-use strait_spool::batch::BatchHeader;
+use strait_batch::BatchHeader;
 use support::kafka::Kafka;
 use support::local::{rd_config, Deliveries};
 use support::{committed, raw, run_client, unique, Strait, Tansu};

@@ -21,7 +21,7 @@ use kafka_protocol::messages::{
     OffsetFetchRequest, ProduceRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use strait_spool::batch;
+use strait_batch as batch;
 use strait_upstream::{Cluster, ClusterOptions, ConnectOptions, Connection, UpstreamError};
 use support::relay::Relay;
 use support::{Strait, Tansu};

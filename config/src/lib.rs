@@ -28,6 +28,9 @@
 //!   coordinates each group, compiled into [`Routes`] and [`GroupRoutes`],
 //!   and the checks that refuse routes that never match or show one
 //!   upstream topic under two names.
+//! - `pattern`: regexes that match whole names, and a mirror's compiled
+//!   [`TopicFilter`]; `overlap`: what `strait check` proves about names
+//!   two mirrors or routes can write; `names`: the checks of names.
 //! - [`error`]: [`ConfigError`]; every error names the file and the key path
 //!   (`spool.topics.payments.retention_age`), parse errors also the line
 //!   and column.
@@ -60,6 +63,7 @@ pub mod error;
 pub mod mirror;
 mod names;
 mod overlap;
+mod pattern;
 pub mod route;
 pub mod server;
 pub mod spool;
@@ -68,7 +72,8 @@ pub mod units;
 pub use admin::AdminConfig;
 pub use cluster::ClusterConfig;
 pub use error::{ConfigError, Invalid};
-pub use mirror::{MirrorConfig, OnLostRecords, StartPosition, TopicFilter};
+pub use mirror::{MirrorConfig, OnLostRecords, StartPosition};
+pub use pattern::TopicFilter;
 pub use route::{Destination, GroupRouteConfig, GroupRoutes, RouteConfig, Routed, Routes};
 pub use server::{BrokerConfig, ServerConfig};
 pub use spool::{Durability, SpoolConfig, TopicOverrides, TopicSpoolConfig};

@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{check_bytes_in_flight, ClusterConfig, DEFAULT_MAX_BYTES_IN_FLIGHT};
@@ -19,6 +18,7 @@ use crate::names::check_name;
 use crate::units::{ByteSize, HumanDuration};
 
 use crate::overlap::{self, NameMap, Overlap, Template};
+use crate::pattern::TopicFilter;
 #[cfg(test)]
 mod tests;
 
@@ -135,38 +135,6 @@ impl Default for MirrorConfig {
             coalesce_below: ByteSize::b(0),
         }
     }
-}
-
-/// A mirror's `topics` and `exclude`, compiled: which source topics it
-/// copies.
-#[derive(Debug, Clone)]
-pub struct TopicFilter {
-    include: Regex,
-    exclude: Regex,
-}
-
-impl TopicFilter {
-    /// Compiles `topics` and `exclude` to match whole names. An error says
-    /// which of the two is wrong: `Err(("topics", error))`.
-    pub(crate) fn new(topics: &str, exclude: &str) -> Result<TopicFilter, (&'static str, regex::Error)> {
-        Ok(TopicFilter {
-            include: full_match(topics).map_err(|e| ("topics", e))?,
-            exclude: full_match(exclude).map_err(|e| ("exclude", e))?,
-        })
-    }
-
-    /// Whether the mirror copies `topic`: `topics` matches the whole name
-    /// and `exclude` does not.
-    pub fn matches(&self, topic: &str) -> bool {
-        self.include.is_match(topic) && !self.exclude.is_match(topic)
-    }
-}
-
-/// `pattern` compiled to match only whole names, as `^(?:pattern)$`. An
-/// error points into `pattern` as written.
-pub(crate) fn full_match(pattern: &str) -> Result<Regex, regex::Error> {
-    Regex::new(pattern)?;
-    Regex::new(&format!("^{}$", overlap::group(pattern)))
 }
 
 impl MirrorConfig {

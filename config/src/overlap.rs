@@ -34,7 +34,7 @@ use regex_automata::util::start;
 use regex_automata::{Anchored, MatchKind};
 use regex_syntax::hir::{Class, Hir, HirKind, Look};
 
-use crate::mirror::TopicFilter;
+use crate::pattern::{group, TopicFilter};
 use crate::spool::check_topic_name;
 
 /// What `rename` replaces with the source topic's name.
@@ -229,19 +229,6 @@ pub(crate) fn overlap(a: NameMap<'_>, b: NameMap<'_>) -> Overlap {
         return search(a, b);
     }
     Overlap::Unknown("neither `topics` is a finite list of names, and a rename repeats `{topic}`".to_owned())
-}
-
-/// `(?:pattern)`, a group that can be put between other regex text: with a
-/// newline before the `)` when the pattern ends in a comment of verbose mode
-/// (`(?x)orders # all of them`), which would otherwise swallow the `)`. In
-/// verbose mode the newline is ignored; outside it, it is not needed.
-pub(crate) fn group(pattern: &str) -> String {
-    let plain = format!("(?:{pattern})");
-    if regex_syntax::Parser::new().parse(&plain).is_ok() {
-        plain
-    } else {
-        format!("(?:{pattern}\n)")
-    }
 }
 
 /// The names `pattern` matches in full, when they are a finite set of at

@@ -27,8 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{ClusterConfig, RESERVED_CLUSTER};
 use crate::error::Invalid;
-use crate::mirror::{full_match, TopicFilter};
 use crate::overlap::{overlap, NameMap, Overlap, Template};
+use crate::pattern::{full_match, TopicFilter};
 use crate::spool::check_topic_name;
 
 #[cfg(test)]
@@ -472,7 +472,7 @@ pub(crate) fn validate(
     for (i, route) in routes.iter().enumerate().skip(1) {
         let earlier: Vec<String> = routes[..i]
             .iter()
-            .map(|r| crate::overlap::group(&r.client_pattern()))
+            .map(|r| crate::pattern::group(&r.client_pattern()))
             .collect();
         let earlier = earlier.join("|");
         let mine = route.client_pattern();

@@ -222,7 +222,7 @@ pub fn kafka_code(failure: Failure<'_>) -> ResponseError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use strait_spool::batch::BatchError;
+    use strait_batch::BatchError;
 
     #[test]
     fn codes_keep_retriability() {

@@ -320,8 +320,8 @@ impl Strait {
 
     /// The metrics read from the local broker when scraped: topic sizes,
     /// the disk, groups.
-    pub fn collector(&self, topic_labels: bool) -> crate::metrics::BrokerCollector {
-        crate::metrics::BrokerCollector::new(self.router.broker(), topic_labels)
+    pub fn collector(&self, topic_labels: bool) -> crate::broker::BrokerCollector {
+        crate::broker::BrokerCollector::new(self.router.broker(), topic_labels)
     }
 
     /// The address the listener is bound to.

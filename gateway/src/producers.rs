@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use kafka_protocol::ResponseError;
-use strait_spool::batch::BatchHeader;
+use strait_batch::BatchHeader;
 
 /// Batches remembered per producer and partition, as Kafka does.
 const REMEMBERED: usize = 5;

@@ -440,7 +440,11 @@ async fn connection(
                 let pending = drive(router.start(&mut session, request), &mut in_flight, &mut ready).await;
                 in_flight.push_back(Box::pin(async move {
                     let reply = pending.await;
-                    metrics::answered(answered.api, received.elapsed(), &reply);
+                    let response = match &reply {
+                        Reply::Respond(body) => Some(&**body),
+                        _ => None,
+                    };
+                    metrics::answered(answered.api, received.elapsed(), response);
                     (answered, reply)
                 }));
             }

@@ -13,7 +13,7 @@
 //! - `producerId`, `producerEpoch` and `baseSequence`, the mirror's own;
 //! - and the CRC-32C, which covers the last four.
 //!
-//! [`stamp`] (or [`TargetBatch::stamped`]) writes them all at produce time,
+//! [`stamp_producer`] (or [`TargetBatch::stamped`]) writes them all at produce time,
 //! when the caller knows the sequence. The sequence advances by
 //! [`TargetBatch::sequence_count`] per batch ([`next_sequence`]).
 //!
@@ -105,15 +105,12 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
 
-use strait_spool::batch::{self as wire, BatchError, BatchHeader, Compression, RawRecord, RecordError};
-use strait_spool::batch::{write_bytes, write_varint, HEADER_LEN, LOG_OVERHEAD};
-use strait_spool::compression::{self, DecompressError};
+use strait_batch::compression::{self, DecompressError};
+use strait_batch::{self as wire, build, BatchError, BatchHeader, Compression, RawRecord, RecordError};
+use strait_batch::{stamp_producer, HEADER_LEN, LOG_APPEND_TIME, LOG_OVERHEAD, TRANSACTIONAL};
 
-/// Offset of the first byte the CRC-32C covers (the attributes).
-const CRC_START: usize = 21;
-/// Attribute bits.
-const LOG_APPEND_TIME_BIT: i16 = 0x08;
-const TRANSACTIONAL_BIT: i16 = 0x10;
+pub use strait_batch::ProducerStamp;
+
 /// Control record type of an ABORT marker.
 const ABORT: i16 = 0;
 
@@ -441,7 +438,7 @@ pub struct SourceRange {
 }
 
 /// A batch to produce to the target: a valid record batch (CRC included)
-/// whose mirror-owned fields [`stamp`] sets at produce time. Until then a
+/// whose mirror-owned fields [`stamp_producer`] sets at produce time. Until then a
 /// passed-through batch still carries the source's offsets, producer fields
 /// and transactional bit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -486,11 +483,11 @@ impl<'a> TargetBatch<'a> {
         self.last_offset_delta + 1
     }
 
-    /// A copy of the batch with the mirror's fields written ([`stamp`]),
-    /// ready for a produce request.
+    /// A copy of the batch with the mirror's fields written
+    /// ([`stamp_producer`]), ready for a produce request.
     pub fn stamped(&self, producer: ProducerStamp) -> Vec<u8> {
         let mut bytes = self.bytes.to_vec();
-        stamp(&mut bytes, producer).expect("a target batch holds one whole batch");
+        stamp_producer(&mut bytes, producer).expect("a target batch holds one whole batch");
         bytes
     }
 
@@ -910,12 +907,8 @@ fn encode(kept: &[Kept<'_>], codec: Compression) -> Vec<u8> {
     let max_timestamp = kept.iter().map(|k| k.timestamp).max().unwrap_or(base_timestamp);
     let mut section = Vec::with_capacity(section_len(kept));
     for (i, k) in kept.iter().enumerate() {
-        write_record(
-            &mut section,
-            k,
-            k.timestamp.wrapping_sub(base_timestamp),
-            i as i64,
-        );
+        k.record
+            .write(&mut section, k.timestamp.wrapping_sub(base_timestamp), i as i64);
     }
     let (codec, section) = match codec {
         Compression::None => (codec, section),
@@ -924,81 +917,22 @@ fn encode(kept: &[Kept<'_>], codec: Compression) -> Vec<u8> {
             Err(_) => (Compression::None, section),
         },
     };
-    let count = kept.len() as i32;
-    let mut out = Vec::with_capacity(HEADER_LEN + section.len());
-    out.extend_from_slice(&0i64.to_be_bytes()); // baseOffset
-    out.extend_from_slice(&((HEADER_LEN - LOG_OVERHEAD + section.len()) as i32).to_be_bytes());
-    out.extend_from_slice(&(-1i32).to_be_bytes()); // partitionLeaderEpoch
-    out.push(2); // magic
-    out.extend_from_slice(&0u32.to_be_bytes()); // crc, below
-    out.extend_from_slice(&codec_bits(codec).to_be_bytes()); // CreateTime, not transactional
-    out.extend_from_slice(&(count - 1).to_be_bytes());
-    out.extend_from_slice(&base_timestamp.to_be_bytes());
-    out.extend_from_slice(&max_timestamp.to_be_bytes());
-    out.extend_from_slice(&(-1i64).to_be_bytes()); // producerId
-    out.extend_from_slice(&(-1i16).to_be_bytes()); // producerEpoch
-    out.extend_from_slice(&(-1i32).to_be_bytes()); // baseSequence
-    out.extend_from_slice(&count.to_be_bytes());
-    out.extend_from_slice(&section);
-    let crc = crc32c::crc32c(&out[CRC_START..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    let spec = build::BatchSpec {
+        base_timestamp,
+        max_timestamp: Some(max_timestamp),
+        // CreateTime, not transactional.
+        attributes: codec.bits(),
+        ..build::BatchSpec::default()
+    };
+    let mut out = build::with_section(spec, kept.len() as i32, &section);
+    wire::stamp(&mut out, 0, -1);
     out
-}
-
-fn codec_bits(codec: Compression) -> i16 {
-    match codec {
-        Compression::None | Compression::Unknown(_) => 0,
-        Compression::Gzip => 1,
-        Compression::Snappy => 2,
-        Compression::Lz4 => 3,
-        Compression::Zstd => 4,
-    }
 }
 
 /// Encoded size of a record (length prefix included) with these deltas.
 fn record_len(k: &Kept<'_>, base_timestamp: i64, offset_delta: i64) -> usize {
-    let body = body_len(k, k.timestamp.wrapping_sub(base_timestamp), offset_delta);
-    varint_len(body as i64) + body
-}
-
-fn body_len(k: &Kept<'_>, timestamp_delta: i64, offset_delta: i64) -> usize {
-    let r = k.record;
-    1 + varint_len(timestamp_delta)
-        + varint_len(offset_delta)
-        + field_len(r.key)
-        + field_len(r.value)
-        + varint_len(r.headers.len() as i64)
-        + r.headers.raw().len()
-}
-
-fn field_len(field: Option<&[u8]>) -> usize {
-    match field {
-        None => varint_len(-1),
-        Some(bytes) => varint_len(bytes.len() as i64) + bytes.len(),
-    }
-}
-
-/// Writes a record as Kafka encodes it: length, attributes, timestamp and
-/// offset deltas, key, value, headers.
-fn write_record(out: &mut Vec<u8>, k: &Kept<'_>, timestamp_delta: i64, offset_delta: i64) {
-    let r = k.record;
-    write_varint(out, body_len(k, timestamp_delta, offset_delta) as i64);
-    out.push(r.attributes);
-    write_varint(out, timestamp_delta);
-    write_varint(out, offset_delta);
-    write_bytes(out, r.key);
-    write_bytes(out, r.value);
-    write_varint(out, r.headers.len() as i64);
-    out.extend_from_slice(r.headers.raw());
-}
-
-fn zigzag(value: i64) -> u64 {
-    ((value << 1) ^ (value >> 63)) as u64
-}
-
-fn varint_len(value: i64) -> usize {
-    let bits = 64 - zigzag(value).leading_zeros() as usize;
-    bits.div_ceil(7).max(1)
+    k.record
+        .encoded_len(k.timestamp.wrapping_sub(base_timestamp), offset_delta)
 }
 
 /// Merges runs of consecutive small target batches (each under `below`
@@ -1168,40 +1102,6 @@ pub fn made_of(
     })
 }
 
-/// The mirror's producer fields for one produce request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ProducerStamp {
-    /// The mirror's producer id.
-    pub producer_id: i64,
-    /// Its epoch.
-    pub producer_epoch: i16,
-    /// Sequence of the batch's first record on this partition.
-    pub base_sequence: i32,
-}
-
-/// Writes the mirror's fields into the batch at the start of `batch` (a copy
-/// of a [`TargetBatch`]'s bytes): base offset 0, leader epoch -1, the
-/// transactional bit cleared, the producer fields of `producer`; the
-/// CRC-32C is updated from the bytes that changed
-/// ([`strait_spool::batch::patch_header`]), not recomputed, so a batch
-/// damaged at the source stays detectably damaged on its way to the target
-/// (which refuses it) rather than getting a CRC that vouches for it.
-pub fn stamp(batch: &mut [u8], producer: ProducerStamp) -> Result<(), BatchError> {
-    let header = BatchHeader::parse_whole(batch)?;
-    batch[0..8].copy_from_slice(&0i64.to_be_bytes());
-    batch[12..16].copy_from_slice(&(-1i32).to_be_bytes());
-    // attributes .. baseSequence, the CRC updated from what changed rather
-    // than recomputed over the whole batch.
-    let mut covered = [0u8; 57 - CRC_START];
-    covered.copy_from_slice(&batch[CRC_START..57]);
-    covered[0..2].copy_from_slice(&(header.attributes & !TRANSACTIONAL_BIT).to_be_bytes());
-    covered[43 - CRC_START..51 - CRC_START].copy_from_slice(&producer.producer_id.to_be_bytes());
-    covered[51 - CRC_START..53 - CRC_START].copy_from_slice(&producer.producer_epoch.to_be_bytes());
-    covered[53 - CRC_START..].copy_from_slice(&producer.base_sequence.to_be_bytes());
-    strait_spool::batch::patch_header(batch, CRC_START, &covered)?;
-    Ok(())
-}
-
 /// The sequence after a batch of `count` records that starts at `sequence`,
 /// wrapping past `i32::MAX` to 0 as Kafka's does.
 pub fn next_sequence(sequence: i32, count: i32) -> i32 {
@@ -1236,7 +1136,7 @@ pub fn fingerprint(batch: &[u8]) -> Result<Fingerprint, BatchError> {
     let mut hasher = twox_hash::XxHash3_128::new();
     hasher.write(&batch[8..12]); // batchLength
     hasher.write(&batch[16..17]); // magic
-    let attributes = header.attributes & !(TRANSACTIONAL_BIT | LOG_APPEND_TIME_BIT);
+    let attributes = header.attributes & !(TRANSACTIONAL | LOG_APPEND_TIME);
     hasher.write(&attributes.to_be_bytes());
     hasher.write(&batch[23..35]); // lastOffsetDelta, baseTimestamp
     hasher.write(&batch[57..]); // recordCount, records
@@ -1248,50 +1148,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn varint_lengths_match_the_encoding() {
-        for v in [
-            0,
-            1,
-            -1,
-            63,
-            64,
-            -64,
-            -65,
-            8191,
-            8192,
-            i32::MAX as i64,
-            i64::MAX,
-            i64::MIN,
-        ] {
-            let mut out = Vec::new();
-            write_varint(&mut out, v);
-            assert_eq!(out.len(), varint_len(v), "{v}");
-        }
-    }
-
-    #[test]
     fn sequences_wrap_as_kafka_does() {
         assert_eq!(next_sequence(0, 5), 5);
         assert_eq!(next_sequence(i32::MAX - 5, 5), i32::MAX);
         assert_eq!(next_sequence(i32::MAX - 5, 6), 0);
         assert_eq!(next_sequence(i32::MAX, 1), 0);
         assert_eq!(next_sequence(i32::MAX - 1, 10), 8);
-    }
-
-    #[test]
-    fn codec_bits_round_trip() {
-        for codec in [
-            Compression::None,
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
-            let attributes = codec_bits(codec);
-            let mut batch = strait_spool::batch::build::batch(0, &[b"x"]);
-            batch[21..23].copy_from_slice(&attributes.to_be_bytes());
-            assert_eq!(BatchHeader::parse(&batch).unwrap().compression(), codec);
-            assert_eq!(attributes & !0x07, 0);
-        }
     }
 }

@@ -5,8 +5,10 @@
 //! - [`mirror`]: one mirror: topic discovery, a task per partition, the
 //!   commit loop, shutdown.
 //! - [`partition`]: one partition's fetch and produce tasks and their
-//!   supervisor; [`state`]: what each partition's progress is (the exact
-//!   source-to-target point, lag, counters).
+//!   supervisor; [`shared`]: what a mirror's partitions share (clusters,
+//!   budget, settings); [`state`]: what each partition's progress is (the
+//!   exact source-to-target point, lag, counters) and the mirror's set of
+//!   them.
 //! - [`resume`]: where a partition goes on from after a start or an error,
 //!   by comparing the target's tail with the source.
 //! - [`batch`]: source batches (as fetched) to target batches (ready to
@@ -25,9 +27,10 @@
 //! - [`error`]: [`MirrorError`], which side failed and whether the
 //!   partition goes on.
 //!
-//! The crate knows nothing of the gateway or the spool's storage (it uses
-//! the spool's record batch parsing only); the `strait` binary maps the
-//! configuration onto [`mirror::MirrorSpec`].
+//! Modules depend one way: `mirror` on `partition` on `resume` on `shared`
+//! on `metrics` and `state`. The crate knows nothing of the gateway or the
+//! spool (the record batch format is `strait_batch`'s); the `strait`
+//! binary maps the configuration onto [`mirror::MirrorSpec`].
 
 pub mod batch;
 pub mod error;
@@ -37,6 +40,7 @@ pub mod mirror;
 pub mod partition;
 pub mod positions;
 pub mod resume;
+pub mod shared;
 pub mod state;
 pub mod status;
 pub mod topics;

@@ -29,8 +29,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
-use crate::mirror::Partitions;
-use crate::state::{PartitionState, Status};
+use crate::state::{PartitionState, Partitions, Status};
 
 /// Latency buckets, seconds: 1 ms to 60 s, dense around the round trips
 /// between datacenters (tens to hundreds of milliseconds).

@@ -24,10 +24,10 @@ use tracing::Instrument;
 
 use crate::grouped::{FetchSettings, Fetcher, Producer};
 use crate::metrics::MirrorMetrics;
-use crate::partition::{self, OnLost, Shared};
+use crate::partition;
 use crate::positions;
-use crate::resume::StartAt;
-use crate::state::PartitionState;
+use crate::shared::{OnLost, Shared, StartAt};
+use crate::state::{PartitionState, Partitions};
 use crate::topics;
 
 /// Which source topics a mirror takes, and their target names.
@@ -79,36 +79,6 @@ impl std::fmt::Debug for MirrorSpec {
             .field("target", &self.target.name())
             .field("group", &self.group)
             .finish_non_exhaustive()
-    }
-}
-
-/// A running mirror's view of its partitions (for metrics and status).
-#[derive(Debug, Clone, Default)]
-pub struct Partitions {
-    inner: Arc<std::sync::Mutex<ByPartition>>,
-}
-
-/// Partition states by (source topic, partition).
-type ByPartition = BTreeMap<(String, i32), Arc<PartitionState>>;
-
-impl Partitions {
-    /// Every partition's state, ordered by topic and partition.
-    pub fn all(&self) -> Vec<Arc<PartitionState>> {
-        self.inner.lock().expect("partitions").values().cloned().collect()
-    }
-
-    fn insert(&self, state: Arc<PartitionState>) {
-        self.inner
-            .lock()
-            .expect("partitions")
-            .insert((state.source_topic.to_string(), state.partition), state);
-    }
-
-    fn remove_topic(&self, topic: &str) {
-        self.inner
-            .lock()
-            .expect("partitions")
-            .retain(|(t, _), _| t != topic);
     }
 }
 

@@ -22,14 +22,14 @@
 //!   lose or duplicate records stop the partition.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use strait_upstream::{Backoff, Cluster, UpstreamError};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use crate::batch::{
@@ -37,9 +37,9 @@ use crate::batch::{
     TransformOptions,
 };
 use crate::error::{self, MirrorError};
-use crate::grouped::{self, Fetcher, Producer};
-use crate::metrics::MirrorMetrics;
-use crate::resume::{self, StartAt};
+use crate::grouped;
+use crate::resume;
+use crate::shared::{OnLost, Shared};
 use crate::state::{PartitionState, Status};
 use crate::topics;
 
@@ -51,65 +51,6 @@ const MIN_FETCH_BYTES: usize = 64 << 10;
 /// Produces in flight per partition. Kafka keeps the last 5 batches of
 /// each idempotent producer and partition to drop retried duplicates.
 const IN_FLIGHT: usize = 5;
-
-/// What to do when source retention deleted records before they were
-/// mirrored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnLost {
-    /// Count them, log loudly, go on from the log start.
-    Continue,
-    /// Stop the partition.
-    Stop,
-}
-
-/// What every partition of one mirror shares.
-#[derive(Debug)]
-pub struct Shared {
-    /// The mirror's name (for logs).
-    pub name: Arc<str>,
-    /// The consumer group holding positions on the source.
-    pub group: String,
-    /// The source cluster.
-    pub source: Cluster,
-    /// The target cluster.
-    pub target: Cluster,
-    /// Source fetches grouped by leader.
-    pub fetcher: Fetcher,
-    /// Target produces grouped by leader.
-    pub producer: Producer,
-    /// Bytes fetched and not yet acknowledged by the target.
-    pub budget: Arc<Semaphore>,
-    /// The budget's size.
-    pub budget_bytes: usize,
-    /// Where a partition without a committed position starts.
-    pub start: StartAt,
-    /// Lost records: go on or stop.
-    pub on_lost: OnLost,
-    /// Batches smaller than this are merged (0: none are).
-    pub coalesce_below: usize,
-    /// The largest batch they are merged into.
-    pub coalesce_up_to: usize,
-    /// Turns true on shutdown.
-    pub shutdown: watch::Receiver<bool>,
-    /// The producer id every partition starts with.
-    pub producer_id: tokio::sync::OnceCell<(i64, i16)>,
-    /// Histograms and error counters.
-    pub metrics: MirrorMetrics,
-    /// Partitions running, to share the budget among.
-    pub partitions: AtomicUsize,
-}
-
-impl Shared {
-    fn shutting_down(&self) -> bool {
-        *self.shutdown.borrow()
-    }
-
-    /// Counts an error of `kind` (a [`MirrorError::kind`]) for a partition.
-    fn count_error(&self, state: &PartitionState, kind: &str) {
-        PartitionState::add(&state.counters.errors, 1);
-        self.metrics.errors.with_label_values(&[&self.name, kind]).inc();
-    }
-}
 
 /// Mirrors one partition until shutdown (or until it must stop).
 pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>) {
@@ -354,8 +295,7 @@ async fn fetch_loop(
             let source = out.source();
             let sequence_count = out.sequence_count();
             let passed_through = out.kind() == TargetKind::PassedThrough;
-            let timestamp =
-                strait_spool::batch::BatchHeader::parse(out.bytes()).map_or(0, |h| h.base_timestamp);
+            let timestamp = strait_batch::BatchHeader::parse(out.bytes()).map_or(0, |h| h.base_timestamp);
             let bytes = match out.into_bytes() {
                 std::borrow::Cow::Borrowed(slice) => records.slice_ref(slice),
                 std::borrow::Cow::Owned(owned) => Bytes::from(owned),
@@ -486,7 +426,7 @@ async fn produce_loop(
                     ..
                 } => {
                     let mut stamped = BytesMut::from(&bytes[..]);
-                    batch::stamp(&mut stamped, stamp).expect("target batches are whole");
+                    strait_batch::stamp_producer(&mut stamped, stamp).expect("target batches are whole");
                     stamp.base_sequence = batch::next_sequence(stamp.base_sequence, sequence_count);
                     let pending = shared
                         .producer

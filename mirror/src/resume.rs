@@ -41,18 +41,9 @@ use crate::batch::{
 };
 use crate::error::{self, MirrorError};
 use crate::grouped::Fetched;
-use crate::partition::Shared;
 use crate::positions::{self, ToCommit};
+use crate::shared::{Shared, StartAt};
 use crate::state::PartitionState;
-
-/// Where a partition starts when its group has no committed position.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StartAt {
-    /// The source's log start.
-    Earliest,
-    /// The source's high watermark when the partition is first seen.
-    Latest,
-}
 
 /// Most bytes read per fetch while resuming.
 const READ_BYTES: i32 = 8 << 20;

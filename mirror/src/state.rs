@@ -5,7 +5,7 @@
 //! partition's tasks write it; the commit loop, the metrics and the status
 //! page read it.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -205,6 +205,36 @@ pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A running mirror's view of its partitions (for metrics and status).
+#[derive(Debug, Clone, Default)]
+pub struct Partitions {
+    inner: Arc<std::sync::Mutex<ByPartition>>,
+}
+
+/// Partition states by (source topic, partition).
+type ByPartition = BTreeMap<(String, i32), Arc<PartitionState>>;
+
+impl Partitions {
+    /// Every partition's state, ordered by topic and partition.
+    pub fn all(&self) -> Vec<Arc<PartitionState>> {
+        self.inner.lock().expect("partitions").values().cloned().collect()
+    }
+
+    pub(crate) fn insert(&self, state: Arc<PartitionState>) {
+        self.inner
+            .lock()
+            .expect("partitions")
+            .insert((state.source_topic.to_string(), state.partition), state);
+    }
+
+    pub(crate) fn remove_topic(&self, topic: &str) {
+        self.inner
+            .lock()
+            .expect("partitions")
+            .retain(|(t, _), _| t != topic);
+    }
 }
 
 #[cfg(test)]

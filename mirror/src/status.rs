@@ -13,7 +13,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{GaugeVec, Opts};
 
-use crate::mirror::Partitions;
+use crate::state::Partitions;
 use crate::state::{now_ms, PartitionState, Status};
 
 /// How often partitions are sampled.

@@ -2,12 +2,14 @@
 
 mod support;
 
+use strait_batch::{
+    self as batch, stamp_producer as stamp, BatchError, BatchHeader, Compression, RecordError,
+};
 use strait_mirror::batch::{
-    coalesce, coalesce_runs, fingerprint, made_of, stamp, AbortedTransaction, Coalesced, FetchedBatches,
+    coalesce, coalesce_runs, fingerprint, made_of, AbortedTransaction, Coalesced, FetchedBatches,
     PartitionTransformer, ProducerStamp, ReEncodeReasons, Skipped, SourceBatch, TargetBatch, TargetKind,
     TransformError, TransformOptions, Transformed,
 };
-use strait_spool::batch::{self, BatchError, BatchHeader, Compression, RecordError};
 use support::{consumed, decode, fix_crc, marker, run, Rec, Src};
 
 const CODECS: [Compression; 5] = [

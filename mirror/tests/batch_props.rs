@@ -5,10 +5,10 @@
 mod support;
 
 use proptest::prelude::*;
+use strait_batch::Compression;
 use strait_mirror::batch::{
     coalesce_runs, made_of, FetchedBatches, PartitionTransformer, TargetBatch, TransformOptions,
 };
-use strait_spool::batch::Compression;
 use support::{consumed, decode, Rec, Src};
 
 /// One record: key, value, headers, timestamp (relative).
@@ -200,7 +200,7 @@ proptest! {
         prop_assert_eq!(consumed(&out, &seen), expected);
         let source_end = batches
             .last()
-            .map_or(0, |b| strait_spool::batch::BatchHeader::parse(b).unwrap().last_offset() + 1);
+            .map_or(0, |b| strait_batch::BatchHeader::parse(b).unwrap().last_offset() + 1);
         prop_assert_eq!(reached, source_end.max(position));
         let mut previous_last = position - 1;
         for b in &out {
@@ -216,7 +216,7 @@ proptest! {
                 producer_epoch: 0,
                 base_sequence: 0,
             });
-            prop_assert!(strait_spool::batch::validate(&stamped).is_ok());
+            prop_assert!(strait_batch::validate(&stamped).is_ok());
             prop_assert_eq!(strait_mirror::batch::fingerprint(&stamped).unwrap(), b.fingerprint());
         }
 

@@ -46,7 +46,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use strait_spool::batch::{self, build, BatchHeader, HEADER_LEN};
+use strait_batch::{self as batch, build, BatchHeader, HEADER_LEN};
 use strait_spool::log::RECOVERY_POINT_FILE;
 use strait_spool::pool::{block_on, PoolOptions};
 use strait_spool::{Durability, IoPool, LogConfig, Partition, RecoveryReport};

@@ -7,7 +7,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::batch::BatchError;
+use strait_batch::BatchError;
 
 /// Who caused an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,6 @@
 //! sent them (only the base offset and leader epoch are rewritten), with a
 //! sparse offset index and a sparse time index, both memory-mapped.
 //!
-//! - [`batch`]: parsing and validating v2 record batch headers (CRC-32C).
 //! - [`config`]: a partition's settings ([`LogConfig`], [`Durability`]).
 //! - `segment`, `index`, `map`: one segment's files; `map` is the only
 //!   module with `unsafe` (the memory maps).
@@ -16,11 +15,9 @@
 //! - [`verify`]: read-only checking and dumping of partitions on disk.
 //! - [`metrics`]: the fsync latency histogram.
 //!
-//! The crate knows nothing of sockets or async runtimes: its futures are
+//! The batch format itself is `strait_batch`'s. The crate knows nothing of sockets or async runtimes: its futures are
 //! plain `std::future::Future`s completed by its own threads.
 
-pub mod batch;
-pub mod compression;
 pub mod config;
 pub mod error;
 mod index;

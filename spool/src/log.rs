@@ -16,10 +16,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use crate::batch::{self, BatchHeader};
 use crate::config::{Durability, LogConfig};
 use crate::error::{Result, SpoolError};
 use crate::segment::{self, IndexCursor, ScanStop, Segment};
+use strait_batch::{self as batch, BatchHeader};
 
 /// Name of the file holding the persisted recovery point.
 pub const RECOVERY_POINT_FILE: &str = "recovery-point";

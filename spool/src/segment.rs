@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::batch::{self, BatchError, BatchHeader, LOG_OVERHEAD};
 use crate::error::{Result, SpoolError};
 use crate::index::{Index, OffsetEntry, TimeEntry};
 use crate::map::LogMap;
+use strait_batch::{self as batch, BatchError, BatchHeader, LOG_OVERHEAD};
 
 /// Files one segment keeps open for as long as its partition is open: the
 /// log, the offset index and the time index. (Each is also memory-mapped;

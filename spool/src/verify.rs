@@ -8,12 +8,12 @@ use std::fs::File;
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 
-use crate::batch::BatchHeader;
 use crate::error::{Result, SpoolError};
 use crate::index::{Entry, OffsetEntry, TimeEntry};
 use crate::log::read_recovery_point;
 use crate::map::{first_nonzero, LogMap};
 use crate::segment::{index_path, parse_log_name, LogBytes};
+use strait_batch::BatchHeader;
 
 /// Something wrong on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -237,7 +237,7 @@ fn a_partially_written_append_is_dropped_and_every_synced_batch_kept() {
 
 fn next_offset(w: &Written) -> u64 {
     let (base, bytes, ..) = w.batches.last().unwrap();
-    base + strait_spool::batch::validate(bytes).unwrap().offset_count()
+    base + strait_batch::validate(bytes).unwrap().offset_count()
 }
 
 #[test]
@@ -320,7 +320,7 @@ fn damaged_indexes_are_reported_by_verify_and_reads_stay_correct() {
 }
 
 fn max_timestamp(batch: &[u8]) -> i64 {
-    strait_spool::batch::validate(batch).unwrap().max_timestamp
+    strait_batch::validate(batch).unwrap().max_timestamp
 }
 
 #[test]

@@ -115,7 +115,7 @@ fn fill(fs: &Tmpfs, name: &str) -> std::path::PathBuf {
 fn batch_sized(tag: u8, size: usize) -> Vec<u8> {
     for len in (size.saturating_sub(100)..size).rev() {
         let value = vec![tag; len];
-        let b = strait_spool::batch::build::batch(1_000, &[&value]);
+        let b = strait_batch::build::batch(1_000, &[&value]);
         if b.len() == size {
             return b;
         }

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::{batch_of, read_all, segment_files, small, stamped};
-use strait_spool::batch::BatchError;
+use strait_batch::BatchError;
 use strait_spool::{Durability, LogConfig, Partition, SpoolError};
 
 #[test]
@@ -152,7 +152,7 @@ fn segments_roll_by_size_and_reads_cross_them_after_reopen() {
 }
 
 fn offsets_in(batch: &[u8]) -> u64 {
-    strait_spool::batch::validate(batch).unwrap().offset_count()
+    strait_batch::validate(batch).unwrap().offset_count()
 }
 
 #[test]

@@ -17,7 +17,7 @@ use common::{read_all, segment_files, small, stamped};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::Config;
-use strait_spool::batch::{self, build};
+use strait_batch::{self as batch, build};
 use strait_spool::{Durability, LogConfig, Partition, SpoolError};
 
 // ---------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 //! `/proc/self/fd` (alone in its test binary, so no other test opens files
 //! meanwhile).
 
-use strait_spool::batch::build;
+use strait_batch::build;
 use strait_spool::{Durability, LogConfig, Partition, FILES_PER_SEGMENT};
 
 fn open_files() -> u64 {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{batch_of, read_all, segment_files, small, stamped};
-use strait_spool::batch::{self, Batches};
+use strait_batch::{self as batch, Batches};
 use strait_spool::pool::{block_on, PoolOptions};
 use strait_spool::{Durability, IoPool, Partition};
 

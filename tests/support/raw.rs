@@ -305,14 +305,14 @@ pub fn record_values(records: Option<&bytes::Bytes>) -> Vec<String> {
 
 /// The headers of the record batches of partition 0 of `topic` from
 /// offset 0 (one Fetch of up to 8 MiB), as the broker stores them.
-pub fn batch_headers(c: &mut Conn, topic: &str) -> Vec<strait_spool::batch::BatchHeader> {
+pub fn batch_headers(c: &mut Conn, topic: &str) -> Vec<strait_batch::BatchHeader> {
     let response = c.fetch(&fetch_request(topic, 0, 100, 1, 8 << 20, 8 << 20));
     let partition = &response.responses[0].partitions[0];
     assert_eq!(partition.error_code, 0, "fetching {topic}: {partition:?}");
     let records = partition.records.clone().unwrap_or_default();
     let mut headers = Vec::new();
     let mut at = 0;
-    while let Ok(h) = strait_spool::batch::BatchHeader::parse_whole(&records[at..]) {
+    while let Ok(h) = strait_batch::BatchHeader::parse_whole(&records[at..]) {
         at += h.size();
         headers.push(h);
     }

@@ -16,7 +16,7 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use strait_spool::batch::{BatchHeader, Compression};
+use strait_batch::{BatchHeader, Compression};
 use tokio::time::Instant;
 
 use super::{s, Broker};
@@ -537,12 +537,10 @@ fn repair_max_timestamps(records: Bytes) -> Bytes {
             break;
         }
         let batch = &mut buf[at..end];
-        if !h.log_append_time()
-            && h.max_timestamp < h.base_timestamp
-            && strait_spool::batch::validate(batch).is_ok()
+        if !h.log_append_time() && h.max_timestamp < h.base_timestamp && strait_batch::validate(batch).is_ok()
         {
-            if let Ok(newest) = strait_spool::batch::newest_record_timestamp(batch, MAX_DECOMPRESSED) {
-                let _ = strait_spool::batch::set_max_timestamp(batch, newest);
+            if let Ok(newest) = strait_batch::newest_record_timestamp(batch, MAX_DECOMPRESSED) {
+                let _ = strait_batch::set_max_timestamp(batch, newest);
             }
         }
         at = end;
@@ -555,8 +553,8 @@ fn first_record_at_or_after(batch: &[u8], target: i64) -> Option<(u64, i64)> {
     if h.log_append_time() {
         return (h.max_timestamp >= target).then_some((h.base_offset as u64, h.max_timestamp));
     }
-    let section = strait_spool::batch::records_section(batch, MAX_DECOMPRESSED).ok()?;
-    strait_spool::batch::parse_records(&section, h.record_count)
+    let section = strait_batch::records_section(batch, MAX_DECOMPRESSED).ok()?;
+    strait_batch::parse_records(&section, h.record_count)
         .ok()?
         .iter()
         .find_map(|r| {
@@ -583,13 +581,13 @@ fn headers_of(records: &[u8]) -> Vec<BatchHeader> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use strait_spool::batch::build;
+    use strait_batch::build;
 
     #[test]
     fn the_record_not_the_batch_answers_a_timestamp_query() {
         // Records at 100, 101, 102, 103 (build spaces them 1 ms apart).
         let mut batch = build::batch(100, &[b"a", b"b", b"c", b"d"]);
-        strait_spool::batch::stamp(&mut batch, 40, 0);
+        strait_batch::stamp(&mut batch, 40, 0);
         assert_eq!(first_record_at_or_after(&batch, 0), Some((40, 100)));
         assert_eq!(first_record_at_or_after(&batch, 102), Some((42, 102)));
         assert_eq!(first_record_at_or_after(&batch, 103), Some((43, 103)));
@@ -599,7 +597,7 @@ mod tests {
 
     #[test]
     fn max_timestamps_below_the_first_are_repaired_from_the_records() {
-        use strait_spool::batch::{set_max_timestamp, validate};
+        use strait_batch::{set_max_timestamp, validate};
         let good = build::batch(100, &[b"a", b"b"]);
         let mut broken = build::batch(500, &[b"a", b"b", b"c"]);
         set_max_timestamp(&mut broken, -1).unwrap();

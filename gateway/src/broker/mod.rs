@@ -9,7 +9,10 @@
 //!   DescribeConfigs.
 
 mod admin;
+mod collector;
 mod data;
+
+pub use collector::BrokerCollector;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -438,7 +441,7 @@ impl Broker {
                     }
                     let mut at = 0;
                     while at < read.records.len() {
-                        let Ok(h) = strait_spool::batch::BatchHeader::parse(&read.records[at..]) else {
+                        let Ok(h) = strait_batch::BatchHeader::parse(&read.records[at..]) else {
                             break;
                         };
                         if h.producer_id >= 0 {

@@ -1,7 +1,7 @@
 //! Committed offsets: the in-memory table and its durable log.
 //!
 //! The log is a spool [`Partition`] of ordinary v2 record batches (built with
-//! [`strait_spool::batch::build::batch`]). Every record is one entry, its
+//! [`strait_batch::build::batch`]). Every record is one entry, its
 //! value in this crate's own encoding (big-endian, length-prefixed strings):
 //!
 //! ```text
@@ -30,7 +30,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use strait_spool::batch::{self, Batches};
+use strait_batch::{self as batch, Batches};
 use strait_spool::{Durability, LogConfig, Partition};
 
 use super::GroupError;

@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use strait_spool::batch::BatchHeader;
+use strait_batch::BatchHeader;
 use strait_upstream::{Cluster, UpstreamError};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
@@ -182,7 +182,7 @@ impl UpstreamProducers {
                     .get(cluster, header.producer_id, header.producer_epoch)
                     .await?;
                 let buf = copy.get_or_insert_with(|| BytesMut::from(&records[..]));
-                strait_spool::batch::set_producer(&mut buf[at..at + size], id, epoch)
+                strait_batch::set_producer(&mut buf[at..at + size], id, epoch)
                     .expect("the header parsed above");
             }
             at += size;
@@ -277,7 +277,7 @@ fn forget_oldest<K: Clone + Eq + std::hash::Hash, V>(
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use strait_spool::batch::build::{batch_with, BatchSpec};
+    use strait_batch::build::{batch_with, BatchSpec};
 
     use super::{chain_at, Upstream, UpstreamProducers};
 

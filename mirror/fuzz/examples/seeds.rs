@@ -3,8 +3,8 @@
 //! markers, LogAppendTime), each behind the target's 4-byte prefix.
 //! Usage: cargo run --release --example seeds -- DIR
 
-use strait_spool::batch::{build, Compression};
-use strait_spool::compression;
+use strait_batch::{build, Compression};
+use strait_batch::compression;
 
 /// A batch at `base` whose records sit at the given offset deltas.
 fn batch(
@@ -40,6 +40,7 @@ fn batch(
         producer_epoch: 0,
         base_sequence: 0,
         attributes,
+        max_timestamp: None,
     };
     let mut b = build::with_section(spec, deltas.len() as i32, &section);
     b[0..8].copy_from_slice(&base.to_be_bytes());

@@ -19,7 +19,7 @@ use strait_mirror::batch::{
     coalesce_runs, fingerprint, AbortedTransaction, FetchedBatches, PartitionTransformer, ProducerStamp,
     TargetBatch, TargetKind, TransformOptions,
 };
-use strait_spool::batch::{self, BatchHeader};
+use strait_batch::{self as batch, BatchHeader};
 
 fuzz_target!(|data: &[u8]| {
     let [l0, l1, pos, flags, records @ ..] = data else {

@@ -5,10 +5,10 @@
 
 use std::io::Write;
 
+use strait_batch::{self as batch, build, BatchHeader, Compression};
 use strait_mirror::batch::{
     AbortedTransaction, FetchedBatches, PartitionTransformer, TargetBatch, TransformError, Transformed,
 };
-use strait_spool::batch::{self, build, BatchHeader, Compression};
 
 /// A record as a consumer sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
-use strait_spool::batch::{self, build, Batches};
+use strait_batch::{self as batch, build, Batches};
 use strait_spool::{Durability, LogConfig, Partition, SpoolError};
 
 #[derive(Debug, Arbitrary)]
@@ -75,6 +75,7 @@ impl Spec {
             producer_epoch: 0,
             base_sequence: self.base_sequence,
             attributes: self.attributes,
+            max_timestamp: None,
         };
         let mut b = build::batch_with(spec, &refs);
         if let Some(d) = self.last_offset_delta {

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use strait_spool::batch::{self, build};
+use strait_batch::{self as batch, build};
 use strait_spool::{Durability, LogConfig, Partition};
 
 /// A small-segment configuration so tests roll often.

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 
-use strait_spool::batch::{self, build};
+use strait_batch::{self as batch, build};
 
 /// A valid batch of `values` whose records section is compressed with the
 /// codec whose attribute bits are `codec`.
@@ -46,6 +46,7 @@ fn main() {
             producer_epoch: 1,
             base_sequence: 0,
             attributes: 0x10 | 0x4,
+            max_timestamp: None,
         },
         &[b"k", b"v"],
     );

@@ -18,9 +18,67 @@
 //! Its output is a function of its input alone: the same records compress to
 //! the same bytes every time (with the same crate versions).
 
+use std::fmt;
 use std::io::{Read, Write};
 
-use crate::batch::Compression;
+/// The attribute bits that name the codec.
+pub const CODEC_BITS: i16 = 0x07;
+
+/// Compression codec, from the low three attribute bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// No compression.
+    None,
+    /// gzip.
+    Gzip,
+    /// Snappy (xerial framing).
+    Snappy,
+    /// LZ4 frame.
+    Lz4,
+    /// Zstandard.
+    Zstd,
+    /// A codec id Kafka does not define.
+    Unknown(u8),
+}
+
+impl fmt::Display for Compression {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Compression::None => f.write_str("none"),
+            Compression::Gzip => f.write_str("gzip"),
+            Compression::Snappy => f.write_str("snappy"),
+            Compression::Lz4 => f.write_str("lz4"),
+            Compression::Zstd => f.write_str("zstd"),
+            Compression::Unknown(id) => write!(f, "unknown({id})"),
+        }
+    }
+}
+
+impl Compression {
+    /// The codec of a batch's attribute bits (the low three).
+    pub fn from_attributes(attributes: i16) -> Compression {
+        match attributes & CODEC_BITS {
+            0 => Compression::None,
+            1 => Compression::Gzip,
+            2 => Compression::Snappy,
+            3 => Compression::Lz4,
+            4 => Compression::Zstd,
+            other => Compression::Unknown(other as u8),
+        }
+    }
+
+    /// The attribute bits of the codec (0 for an unknown one: a batch is
+    /// never written with it).
+    pub fn bits(self) -> i16 {
+        match self {
+            Compression::None | Compression::Unknown(_) => 0,
+            Compression::Gzip => 1,
+            Compression::Snappy => 2,
+            Compression::Lz4 => 3,
+            Compression::Zstd => 4,
+        }
+    }
+}
 
 /// Why a records section could not be decompressed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use strait_spool::batch::{self, BatchError, BatchHeader, Batches, HEADER_LEN, LOG_OVERHEAD};
+use strait_batch::{self as batch, BatchError, BatchHeader, Batches, HEADER_LEN, LOG_OVERHEAD};
 
 fuzz_target!(|data: &[u8]| {
     check_header(data);

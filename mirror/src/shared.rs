@@ -1,0 +1,82 @@
+//! What every partition of one mirror shares: the clusters, the grouped
+//! fetcher and producer, the byte budget and the settings
+//! ([`Shared`]), which the partition's tasks ([`crate::partition`]) and
+//! its resumption ([`crate::resume`]) both read.
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use strait_upstream::Cluster;
+use tokio::sync::{watch, Semaphore};
+
+use crate::grouped::{Fetcher, Producer};
+use crate::metrics::MirrorMetrics;
+use crate::state::PartitionState;
+
+/// Where a partition starts when its group has no committed position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAt {
+    /// The source's log start.
+    Earliest,
+    /// The source's high watermark when the partition is first seen.
+    Latest,
+}
+
+/// What to do when source retention deleted records before they were
+/// mirrored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLost {
+    /// Count them, log loudly, go on from the log start.
+    Continue,
+    /// Stop the partition.
+    Stop,
+}
+
+/// What every partition of one mirror shares.
+#[derive(Debug)]
+pub struct Shared {
+    /// The mirror's name (for logs).
+    pub name: Arc<str>,
+    /// The consumer group holding positions on the source.
+    pub group: String,
+    /// The source cluster.
+    pub source: Cluster,
+    /// The target cluster.
+    pub target: Cluster,
+    /// Source fetches grouped by leader.
+    pub fetcher: Fetcher,
+    /// Target produces grouped by leader.
+    pub producer: Producer,
+    /// Bytes fetched and not yet acknowledged by the target.
+    pub budget: Arc<Semaphore>,
+    /// The budget's size.
+    pub budget_bytes: usize,
+    /// Where a partition without a committed position starts.
+    pub start: StartAt,
+    /// Lost records: go on or stop.
+    pub on_lost: OnLost,
+    /// Batches smaller than this are merged (0: none are).
+    pub coalesce_below: usize,
+    /// The largest batch they are merged into.
+    pub coalesce_up_to: usize,
+    /// Turns true on shutdown.
+    pub shutdown: watch::Receiver<bool>,
+    /// The producer id every partition starts with.
+    pub producer_id: tokio::sync::OnceCell<(i64, i16)>,
+    /// Histograms and error counters.
+    pub metrics: MirrorMetrics,
+    /// Partitions running, to share the budget among.
+    pub partitions: AtomicUsize,
+}
+
+impl Shared {
+    pub(crate) fn shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Counts an error of `kind` (a [`MirrorError::kind`]) for a partition.
+    pub(crate) fn count_error(&self, state: &PartitionState, kind: &str) {
+        PartitionState::add(&state.counters.errors, 1);
+        self.metrics.errors.with_label_values(&[&self.name, kind]).inc();
+    }
+}
