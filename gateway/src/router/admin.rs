@@ -169,15 +169,7 @@ impl Router {
                     names,
                     |topics| {
                         let sub = template.clone().with_topics(topics);
-                        async move {
-                            local
-                                .answer(RequestKind::CreateTopics(sub), |k| match k {
-                                    ResponseKind::CreateTopics(r) => Some(r.topics),
-                                    _ => None,
-                                })
-                                .await
-                                .unwrap_or_default()
-                        }
+                        async move { local.ask(sub).await.map(|r| r.topics).unwrap_or_default() }
                     },
                     |cluster, topics| {
                         let (cluster, sub) = (self.cluster(cluster), template.clone().with_topics(topics));
@@ -243,15 +235,7 @@ impl Router {
                     names,
                     |topics| {
                         let sub = request_of(topics, version);
-                        async move {
-                            local
-                                .answer(RequestKind::DeleteTopics(sub), |k| match k {
-                                    ResponseKind::DeleteTopics(r) => Some(r.responses),
-                                    _ => None,
-                                })
-                                .await
-                                .unwrap_or_default()
-                        }
+                        async move { local.ask(sub).await.map(|r| r.responses).unwrap_or_default() }
                     },
                     |cluster, topics| {
                         let cluster = self.cluster(cluster);
@@ -303,15 +287,7 @@ impl Router {
                     names,
                     |topics| {
                         let sub = template.clone().with_topics(topics);
-                        async move {
-                            local
-                                .answer(RequestKind::CreatePartitions(sub), |k| match k {
-                                    ResponseKind::CreatePartitions(r) => Some(r.results),
-                                    _ => None,
-                                })
-                                .await
-                                .unwrap_or_default()
-                        }
+                        async move { local.ask(sub).await.map(|r| r.results).unwrap_or_default() }
                     },
                     |cluster, topics| {
                         let (cluster, sub) = (self.cluster(cluster), template.clone().with_topics(topics));
@@ -374,13 +350,7 @@ impl Router {
                 Vec::new()
             } else {
                 let sub = template.clone().with_resources(local_resources);
-                local
-                    .answer(RequestKind::DescribeConfigs(sub), |k| match k {
-                        ResponseKind::DescribeConfigs(r) => Some(r.results),
-                        _ => None,
-                    })
-                    .await
-                    .unwrap_or_default()
+                local.ask(sub).await.map(|r| r.results).unwrap_or_default()
             };
             let (local_topics, broker_results): (Vec<_>, Vec<_>) = local_results
                 .into_iter()

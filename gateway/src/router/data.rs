@@ -1,6 +1,6 @@
-//! The per-partition requests, split by destination and by upstream
-//! leader and merged back: Produce, Fetch, ListOffsets,
-//! OffsetForLeaderEpoch, DeleteRecords.
+//! Produce and Fetch, split by destination and by upstream leader and
+//! merged back, each with its own rules beside the common walk (the other
+//! per-partition requests are `partitioned`'s).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -8,22 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
-use kafka_protocol::messages::delete_records_response::{
-    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
-};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::list_offsets_response::{
-    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
-};
-use kafka_protocol::messages::offset_for_leader_epoch_request::{
-    OffsetForLeaderPartition, OffsetForLeaderTopic,
-};
-use kafka_protocol::messages::offset_for_leader_epoch_response::{
-    EpochEndOffset, OffsetForLeaderTopicResult,
-};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::*;
@@ -31,6 +17,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use tokio::time::Instant;
 
+use super::partitioned::ATTEMPTS;
 use super::producers::{self, ChainAt};
 use super::scatter::{by_topic, in_order, land, land_all, Item, Via};
 use super::session::Session;
@@ -38,18 +25,10 @@ use super::topic_ids::ByIds;
 use super::{name, partition_code, producer_id_code, Head, Pending, Router};
 use crate::broker::Reply;
 
-/// How often a partition's request is sent again after its leader moved
-/// (each time after a metadata refresh), within the client's timeout.
-const ATTEMPTS: usize = 3;
-
 /// How long after its `max_wait_ms` a Fetch that spans destinations waits
 /// for parts still out (an upstream answers its long poll one round trip
 /// after it ends).
 const FETCH_GRACE: Duration = Duration::from_millis(500);
-
-/// How long a request without a timeout of its own (ListOffsets,
-/// OffsetForLeaderEpoch) retries partitions whose leader moved.
-const LEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One destination's part of a Fetch: its topics.
 type FetchPart<'a> = std::pin::Pin<Box<dyn Future<Output = Vec<FetchableTopicResponse>> + Send + 'a>>;
@@ -171,11 +150,7 @@ impl Router {
         Box::pin(async move {
             let local_part = async {
                 let (call, sub) = local?;
-                call.answer(RequestKind::Produce(sub), |k| match k {
-                    ResponseKind::Produce(r) => Some(r),
-                    _ => None,
-                })
-                .await
+                call.ask(sub).await
             };
             // Batches with sequence numbers are never sent again here: a
             // moved leader's NOT_LEADER_OR_FOLLOWER goes back to the
@@ -310,12 +285,7 @@ impl Router {
             let mut parts: FuturesUnordered<FetchPart<'_>> = FuturesUnordered::new();
             if let Some((call, sub)) = local {
                 parts.push(Box::pin(async move {
-                    call.answer(RequestKind::Fetch(sub), |k| match k {
-                        ResponseKind::Fetch(r) => Some(r.responses),
-                        _ => None,
-                    })
-                    .await
-                    .unwrap_or_default()
+                    call.ask(sub).await.map(|r| r.responses).unwrap_or_default()
                 }));
             }
             for (cluster, flights) in launched {
@@ -382,179 +352,6 @@ impl Router {
                 with_topic_ids(&mut response, by_ids);
             }
             Reply::Respond(Box::new(ResponseKind::Fetch(response)))
-        })
-    }
-
-    pub(super) async fn list_offsets<'a>(
-        &'a self,
-        session: &mut Session,
-        head: Head,
-        mut req: ListOffsetsRequest,
-    ) -> Pending<'a> {
-        let mut split = self.split(
-            std::mem::take(&mut req.topics),
-            |t| t.name.to_string(),
-            |t| t.partitions.iter().map(|p| p.partition_index).collect(),
-            |t| t.partitions.into_iter().map(|p| (p.partition_index, p)).collect(),
-            offsets_error,
-        );
-        let isolation = req.isolation_level;
-        let local = (!split.local.is_empty()).then(|| {
-            let sub = req.with_topics(std::mem::take(&mut split.local));
-            (self.local(session, &head), sub)
-        });
-        let build = move |group: &[Item<ListOffsetsPartition>]| list_offsets_request(group, isolation);
-        let launched = self
-            .launch_all(std::mem::take(&mut split.upstream), &mut Via::Shared, &build)
-            .await;
-        let deadline = Instant::now() + LEADER_TIMEOUT;
-        Box::pin(async move {
-            let local_part = async {
-                let (call, sub) = local?;
-                call.answer(RequestKind::ListOffsets(sub), |k| match k {
-                    ResponseKind::ListOffsets(r) => Some(r),
-                    _ => None,
-                })
-                .await
-            };
-            let upstream_part = land_all(launched, ATTEMPTS, deadline, &build, &find_offsets);
-            let (local_answer, upstream_answers) =
-                futures_util::future::join(local_part, upstream_part).await;
-            let answers = &mut split.answers;
-            for t in local_answer.map(|a| a.topics).unwrap_or_default() {
-                for p in t.partitions {
-                    answers.insert((t.name.to_string(), p.partition_index), p);
-                }
-            }
-            for (item, result) in upstream_answers {
-                let answer = match result {
-                    Ok(p) => offsets_error(item.partition, p.error_code)
-                        .with_timestamp(p.timestamp)
-                        .with_offset(p.offset),
-                    Err(e) => offsets_error(item.partition, partition_code(&e)),
-                };
-                answers.insert((item.client, item.partition), answer);
-            }
-            let topics = in_order(split.order, answers, offsets_error)
-                .into_iter()
-                .map(|(name, partitions)| {
-                    ListOffsetsTopicResponse::default()
-                        .with_name(name)
-                        .with_partitions(partitions)
-                })
-                .collect();
-            let response = ListOffsetsResponse::default().with_topics(topics);
-            Reply::Respond(Box::new(ResponseKind::ListOffsets(response)))
-        })
-    }
-
-    /// OffsetForLeaderEpoch: upstream partitions are asked of their
-    /// leaders with the epochs the client has, which are the upstream's
-    /// (clients read them from the batches they fetched).
-    pub(super) async fn offset_for_leader_epoch<'a>(
-        &'a self,
-        session: &mut Session,
-        head: Head,
-        mut req: OffsetForLeaderEpochRequest,
-    ) -> Pending<'a> {
-        let mut split = self.split(
-            std::mem::take(&mut req.topics),
-            |t| t.topic.to_string(),
-            |t| t.partitions.iter().map(|p| p.partition).collect(),
-            |t| t.partitions.into_iter().map(|p| (p.partition, p)).collect(),
-            epoch_error,
-        );
-        let local = (!split.local.is_empty()).then(|| {
-            let sub = req.with_topics(std::mem::take(&mut split.local));
-            (self.local(session, &head), sub)
-        });
-        let build = epochs_request;
-        let launched = self
-            .launch_all(std::mem::take(&mut split.upstream), &mut Via::Shared, &build)
-            .await;
-        let deadline = Instant::now() + LEADER_TIMEOUT;
-        Box::pin(async move {
-            let local_part = async {
-                let (call, sub) = local?;
-                call.answer(RequestKind::OffsetForLeaderEpoch(sub), |k| match k {
-                    ResponseKind::OffsetForLeaderEpoch(r) => Some(r),
-                    _ => None,
-                })
-                .await
-            };
-            let upstream_part = land_all(launched, ATTEMPTS, deadline, &build, &find_epoch);
-            let (local_answer, upstream_answers) =
-                futures_util::future::join(local_part, upstream_part).await;
-            let answers = &mut split.answers;
-            for t in local_answer.map(|a| a.topics).unwrap_or_default() {
-                for p in t.partitions {
-                    answers.insert((t.topic.to_string(), p.partition), p);
-                }
-            }
-            for (item, result) in upstream_answers {
-                let answer = match result {
-                    Ok(p) => p.with_partition(item.partition),
-                    Err(e) => epoch_error(item.partition, partition_code(&e)),
-                };
-                answers.insert((item.client, item.partition), answer);
-            }
-            let topics = in_order(split.order, answers, epoch_error)
-                .into_iter()
-                .map(|(topic, partitions)| {
-                    OffsetForLeaderTopicResult::default()
-                        .with_topic(topic)
-                        .with_partitions(partitions)
-                })
-                .collect();
-            let response = OffsetForLeaderEpochResponse::default().with_topics(topics);
-            Reply::Respond(Box::new(ResponseKind::OffsetForLeaderEpoch(response)))
-        })
-    }
-
-    /// DeleteRecords: upstream partitions go to their leaders. The spool
-    /// deletes whole segments by retention only, so local partitions get
-    /// POLICY_VIOLATION (as a broker whose policy forbids it answers).
-    pub(super) async fn delete_records(&self, req: DeleteRecordsRequest) -> Pending<'_> {
-        let timeout_ms = req.timeout_ms;
-        let mut split = self.split(
-            req.topics,
-            |t| t.name.to_string(),
-            |t| t.partitions.iter().map(|p| p.partition_index).collect(),
-            |t| t.partitions.into_iter().map(|p| (p.partition_index, p)).collect(),
-            deleted_error,
-        );
-        for topic in std::mem::take(&mut split.local) {
-            for p in topic.partitions {
-                let refused = deleted_error(p.partition_index, ResponseError::PolicyViolation.code());
-                split
-                    .answers
-                    .insert((topic.name.to_string(), p.partition_index), refused);
-            }
-        }
-        let build = move |group: &[Item<DeleteRecordsPartition>]| delete_records_request(group, timeout_ms);
-        let launched = self
-            .launch_all(std::mem::take(&mut split.upstream), &mut Via::Shared, &build)
-            .await;
-        let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
-        Box::pin(async move {
-            let answers = &mut split.answers;
-            for (item, result) in land_all(launched, ATTEMPTS, deadline, &build, &find_deleted).await {
-                let answer = match result {
-                    Ok(p) => p,
-                    Err(e) => deleted_error(item.partition, partition_code(&e)),
-                };
-                answers.insert((item.client, item.partition), answer);
-            }
-            let topics = in_order(split.order, answers, deleted_error)
-                .into_iter()
-                .map(|(name, partitions)| {
-                    DeleteRecordsTopicResult::default()
-                        .with_name(name)
-                        .with_partitions(partitions)
-                })
-                .collect();
-            let response = DeleteRecordsResponse::default().with_topics(topics);
-            Reply::Respond(Box::new(ResponseKind::DeleteRecords(response)))
         })
     }
 }
@@ -680,37 +477,6 @@ fn find_produced(
         .map(|p| (p.clone(), p.error_code))
 }
 
-/// One leader's ListOffsets.
-fn list_offsets_request(group: &[Item<ListOffsetsPartition>], isolation_level: i8) -> ListOffsetsRequest {
-    let topics = by_topic(group, |item| {
-        ListOffsetsPartition::default()
-            .with_partition_index(item.partition)
-            .with_timestamp(item.data.timestamp)
-    })
-    .map(|(name, partitions)| {
-        ListOffsetsTopic::default()
-            .with_name(name)
-            .with_partitions(partitions)
-    })
-    .collect();
-    ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_isolation_level(isolation_level)
-        .with_topics(topics)
-}
-
-fn find_offsets(
-    response: &mut ListOffsetsResponse,
-    item: &Item<ListOffsetsPartition>,
-) -> Option<(ListOffsetsPartitionResponse, i16)> {
-    response
-        .topics
-        .iter()
-        .find(|t| t.name.as_str() == item.upstream)
-        .and_then(|t| t.partitions.iter().find(|p| p.partition_index == item.partition))
-        .map(|p| (p.clone(), p.error_code))
-}
-
 fn produce_error(index: i32, code: i16) -> PartitionProduceResponse {
     PartitionProduceResponse::default()
         .with_index(index)
@@ -726,80 +492,4 @@ fn fetch_error(partition: i32, code: i16) -> PartitionData {
         .with_aborted_transactions(Some(Vec::new()))
         .with_preferred_read_replica(BrokerId(-1))
         .with_records(Some(Bytes::new()))
-}
-
-fn offsets_error(partition: i32, code: i16) -> ListOffsetsPartitionResponse {
-    ListOffsetsPartitionResponse::default()
-        .with_partition_index(partition)
-        .with_error_code(code)
-        .with_timestamp(-1)
-        .with_offset(-1)
-        .with_leader_epoch(-1)
-}
-
-/// One leader's OffsetForLeaderEpoch.
-fn epochs_request(group: &[Item<OffsetForLeaderPartition>]) -> OffsetForLeaderEpochRequest {
-    let topics = by_topic(group, |item| item.data.clone())
-        .map(|(name, partitions)| {
-            OffsetForLeaderTopic::default()
-                .with_topic(name)
-                .with_partitions(partitions)
-        })
-        .collect();
-    OffsetForLeaderEpochRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(topics)
-}
-
-fn find_epoch(
-    response: &mut OffsetForLeaderEpochResponse,
-    item: &Item<OffsetForLeaderPartition>,
-) -> Option<(EpochEndOffset, i16)> {
-    response
-        .topics
-        .iter()
-        .find(|t| t.topic.as_str() == item.upstream)
-        .and_then(|t| t.partitions.iter().find(|p| p.partition == item.partition))
-        .map(|p| (p.clone(), p.error_code))
-}
-
-fn epoch_error(partition: i32, code: i16) -> EpochEndOffset {
-    EpochEndOffset::default()
-        .with_partition(partition)
-        .with_error_code(code)
-        .with_leader_epoch(-1)
-        .with_end_offset(-1)
-}
-
-/// One leader's DeleteRecords.
-fn delete_records_request(group: &[Item<DeleteRecordsPartition>], timeout_ms: i32) -> DeleteRecordsRequest {
-    let topics = by_topic(group, |item| item.data.clone())
-        .map(|(name, partitions)| {
-            DeleteRecordsTopic::default()
-                .with_name(name)
-                .with_partitions(partitions)
-        })
-        .collect();
-    DeleteRecordsRequest::default()
-        .with_timeout_ms(timeout_ms)
-        .with_topics(topics)
-}
-
-fn find_deleted(
-    response: &mut DeleteRecordsResponse,
-    item: &Item<DeleteRecordsPartition>,
-) -> Option<(DeleteRecordsPartitionResult, i16)> {
-    response
-        .topics
-        .iter()
-        .find(|t| t.name.as_str() == item.upstream)
-        .and_then(|t| t.partitions.iter().find(|p| p.partition_index == item.partition))
-        .map(|p| (p.clone(), p.error_code))
-}
-
-fn deleted_error(partition: i32, code: i16) -> DeleteRecordsPartitionResult {
-    DeleteRecordsPartitionResult::default()
-        .with_partition_index(partition)
-        .with_error_code(code)
-        .with_low_watermark(-1)
 }

@@ -513,13 +513,7 @@ impl Router {
                 if local_req.groups.is_empty() {
                     return Vec::new();
                 }
-                local
-                    .answer(RequestKind::DescribeGroups(local_req), |k| match k {
-                        ResponseKind::DescribeGroups(r) => Some(r.groups),
-                        _ => None,
-                    })
-                    .await
-                    .unwrap_or_default()
+                local.ask(local_req).await.map(|r| r.groups).unwrap_or_default()
             };
             let delegated = join_all(req.groups.iter().filter_map(|g| {
                 let cluster = self.coordinated_by(g)?;
@@ -670,13 +664,7 @@ impl Router {
                 if local_req.groups_names.is_empty() {
                     return Vec::new();
                 }
-                local
-                    .answer(RequestKind::DeleteGroups(local_req), |k| match k {
-                        ResponseKind::DeleteGroups(r) => Some(r.results),
-                        _ => None,
-                    })
-                    .await
-                    .unwrap_or_default()
+                local.ask(local_req).await.map(|r| r.results).unwrap_or_default()
             };
             let delegated = join_all(req.groups_names.iter().filter_map(|g| {
                 let cluster = self.coordinated_by(g)?;
@@ -719,10 +707,7 @@ impl Router {
         let local = self.local(session, &head);
         let version = head.version;
         Box::pin(async move {
-            let local_part = local.answer(RequestKind::ListGroups(req.clone()), |k| match k {
-                ResponseKind::ListGroups(r) => Some(r),
-                _ => None,
-            });
+            let local_part = local.ask(req.clone());
             let clusters: Vec<&str> = self.groups.clusters().collect();
             let upstream = join_all(
                 clusters

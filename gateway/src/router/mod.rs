@@ -14,8 +14,22 @@
 //! epochs are not passed on either (clients see -1 and skip epoch
 //! validation, which would need OffsetForLeaderEpoch on the upstream).
 //!
-//! - `mod.rs`: dispatch, Metadata, and refusing what is not routed yet.
-//! - `data.rs`: Produce, Fetch, ListOffsets.
+//! - `mod.rs`: dispatch, Metadata, ApiVersions, the local broker's part of
+//!   a request ([`LocalCall`]), and refusing what is not routed yet.
+//! - `session.rs`: per-connection state (the order of local parts, the
+//!   connection's own upstream fetch and coordinator connections).
+//! - `scatter.rs`: a request's partitions split by destination, sent to
+//!   their leaders in two halves (launch in order, land concurrently,
+//!   moved leaders retried), answers put back in the request's order.
+//! - `partitioned.rs`: one definition per routed per-partition API
+//!   (ListOffsets, OffsetForLeaderEpoch, DeleteRecords) and the one walk
+//!   they share; `data.rs`: Produce and Fetch, which add their own rules.
+//! - `admin.rs`: topic administration by topic; `offsets.rs`: committed
+//!   offsets where the data lives; `delegated.rs`: groups run by a
+//!   cluster's coordinator; `consumer_protocol.rs`: topic names inside
+//!   subscriptions and assignments.
+//! - `producers.rs`: one idempotent producer id per client across
+//!   clusters; `topic_ids.rs`: topic ids as clients see them.
 //!
 //! With the default routes (everything local) every request goes straight
 //! to the local broker.
@@ -25,6 +39,7 @@ pub mod consumer_protocol;
 mod data;
 mod delegated;
 mod offsets;
+mod partitioned;
 mod producers;
 mod scatter;
 pub mod session;
@@ -187,15 +202,51 @@ impl LocalCall<'_> {
         Box::pin(self.reply(body))
     }
 
-    /// The local broker's answer to `body`, which must be of the kind
-    /// `pick` takes.
-    async fn answer<T>(self, body: RequestKind, pick: impl FnOnce(ResponseKind) -> Option<T>) -> Option<T> {
-        match self.reply(body).await {
-            Reply::Respond(kind) => pick(*kind),
+    /// The local broker's answer to `request` (`None` if it sent none).
+    async fn ask<R: LocalApi>(self, request: R) -> Option<R::Response> {
+        match self.reply(request.into()).await {
+            Reply::Respond(kind) => R::answer_of(*kind),
             Reply::Silent | Reply::Close(_) => None,
         }
     }
 }
+
+/// A request the router hands the local broker for its local part: its
+/// answer is the reply of the same kind.
+trait LocalApi: Into<RequestKind> + kafka_protocol::protocol::Request {
+    fn answer_of(reply: ResponseKind) -> Option<Self::Response>;
+}
+
+macro_rules! local_apis {
+    ($($kind:ident: $request:ty),* $(,)?) => {$(
+        impl LocalApi for $request {
+            fn answer_of(reply: ResponseKind) -> Option<Self::Response> {
+                match reply {
+                    ResponseKind::$kind(r) => Some(r),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+local_apis!(
+    Produce: ProduceRequest,
+    Fetch: FetchRequest,
+    ListOffsets: ListOffsetsRequest,
+    OffsetForLeaderEpoch: OffsetForLeaderEpochRequest,
+    Metadata: MetadataRequest,
+    CreateTopics: CreateTopicsRequest,
+    DeleteTopics: DeleteTopicsRequest,
+    CreatePartitions: CreatePartitionsRequest,
+    DescribeConfigs: DescribeConfigsRequest,
+    OffsetCommit: OffsetCommitRequest,
+    OffsetFetch: OffsetFetchRequest,
+    DescribeGroups: DescribeGroupsRequest,
+    DeleteGroups: DeleteGroupsRequest,
+    DeleteRecords: DeleteRecordsRequest,
+    ListGroups: ListGroupsRequest,
+);
 
 /// One topic of a request, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -318,9 +369,22 @@ impl Router {
             }
             RequestKind::Produce(req) => self.produce(session, head, req).await,
             RequestKind::Fetch(req) => self.fetch(session, head, req).await,
-            RequestKind::ListOffsets(req) => self.list_offsets(session, head, req).await,
-            RequestKind::OffsetForLeaderEpoch(req) => self.offset_for_leader_epoch(session, head, req).await,
-            RequestKind::DeleteRecords(req) => self.delete_records(req).await,
+            RequestKind::ListOffsets(req) => {
+                let api = partitioned::ListOffsets {
+                    isolation_level: req.isolation_level,
+                };
+                self.partitioned(session, head, api, req).await
+            }
+            RequestKind::OffsetForLeaderEpoch(req) => {
+                self.partitioned(session, head, partitioned::OffsetForLeaderEpoch, req)
+                    .await
+            }
+            RequestKind::DeleteRecords(req) => {
+                let api = partitioned::DeleteRecords {
+                    timeout_ms: req.timeout_ms,
+                };
+                self.partitioned(session, head, api, req).await
+            }
             RequestKind::JoinGroup(req) => match self.coordinated_by(req.group_id.as_str()) {
                 Some(cluster) => self.delegate_join(session, head, cluster, req).await,
                 None => self
@@ -484,23 +548,11 @@ impl Router {
         }
         let ask_local = all || local_req.topics.as_ref().is_some_and(|t| !t.is_empty());
         let mut response = if ask_local {
-            local
-                .answer(RequestKind::Metadata(local_req), |k| match k {
-                    ResponseKind::Metadata(m) => Some(m),
-                    _ => None,
-                })
-                .await
-                .unwrap_or_default()
+            local.ask(local_req).await.unwrap_or_default()
         } else {
             // Brokers and cluster id from an empty local answer.
             let empty = MetadataRequest::default().with_topics(Some(Vec::new()));
-            let mut m = local
-                .answer(RequestKind::Metadata(empty), |k| match k {
-                    ResponseKind::Metadata(m) => Some(m),
-                    _ => None,
-                })
-                .await
-                .unwrap_or_default();
+            let mut m = local.ask(empty).await.unwrap_or_default();
             m.topics.clear();
             m
         };

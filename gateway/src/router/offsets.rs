@@ -120,12 +120,7 @@ impl Router {
                 }
                 let mut sub = template.clone();
                 sub.topics = local_topics;
-                local
-                    .answer(RequestKind::OffsetCommit(sub), |k| match k {
-                        ResponseKind::OffsetCommit(r) => Some(r),
-                        _ => None,
-                    })
-                    .await
+                local.ask(sub).await
             };
             let upstream_parts = join_all(
                 upstream
@@ -197,13 +192,7 @@ impl Router {
                 })
                 .collect();
             let local_req = offset_fetch_request(version, local_asked, require_stable);
-            let local_answer = local
-                .answer(RequestKind::OffsetFetch(local_req), |k| match k {
-                    ResponseKind::OffsetFetch(r) => Some(r),
-                    _ => None,
-                })
-                .await
-                .unwrap_or_default();
+            let local_answer = local.ask(local_req).await.unwrap_or_default();
             let throttle_time_ms = local_answer.throttle_time_ms;
             let local_groups = group_answers(local_answer, version);
             let answers = join_all(asked.iter().zip(local_groups).map(|((group, topics), local)| {
