@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::partitioned::ATTEMPTS;
 use super::producers::{self, ChainAt};
-use super::scatter::{by_topic, in_order, land, land_all, Item, Via};
+use super::scatter::{by_topic, in_order, land, land_all, Item, Split, Via};
 use super::session::Session;
 use super::topic_ids::ByIds;
 use super::{name, partition_code, producer_id_code, Head, Pending, Router};
@@ -29,6 +29,9 @@ use crate::broker::Reply;
 /// for parts still out (an upstream answers its long poll one round trip
 /// after it ends).
 const FETCH_GRACE: Duration = Duration::from_millis(500);
+
+/// A Produce request divided by destination.
+type ProduceSplit = Split<TopicProduceData, Option<Bytes>, PartitionProduceResponse>;
 
 /// One destination's part of a Fetch: its topics.
 type FetchPart<'a> = std::pin::Pin<Box<dyn Future<Output = Vec<FetchableTopicResponse>> + Send + 'a>>;
@@ -59,51 +62,7 @@ impl Router {
             },
             produce_error,
         );
-        // Idempotent batches carry the cluster's own producer id, and keep
-        // their order per producer and partition (see `producers`).
-        let mut chained: HashMap<(String, i32), ChainAt> = HashMap::new();
-        for (c, items) in split.upstream.iter_mut() {
-            let cluster = self.cluster(c);
-            let mut kept = Vec::with_capacity(items.len());
-            for mut item in items.drain(..) {
-                if let Some(records) = item.data.take() {
-                    let at = producers::chain_at(c, &item.upstream, item.partition, &records);
-                    if let Some(Err(failed)) = at.as_ref().map(|at| self.producers.in_order(at)) {
-                        let sequence = at.as_ref().map(|(_, base)| *base);
-                        tracing::debug!(cluster = %c, topic = %item.upstream, partition = item.partition, ?sequence, failed, "held back: an earlier batch of its producer failed");
-                        let mut answer =
-                            produce_error(item.partition, ResponseError::NotLeaderOrFollower.code());
-                        if head.version >= 8 {
-                            answer.error_message = Some(StrBytes::from_static_str(
-                                "an earlier batch of this producer failed: it goes first",
-                            ));
-                        }
-                        split.answers.insert((item.client, item.partition), answer);
-                        continue;
-                    }
-                    match self.producers.rewrite(cluster, records).await {
-                        Ok(records) => item.data = Some(records),
-                        Err(e) => {
-                            tracing::debug!(cluster = %c, error = %e, "no upstream producer id");
-                            if let Some(at) = &at {
-                                self.producers.failed(at);
-                            }
-                            let mut answer = produce_error(item.partition, producer_id_code(&e));
-                            if head.version >= 8 {
-                                answer.error_message = Some(StrBytes::from_string(e.to_string()));
-                            }
-                            split.answers.insert((item.client, item.partition), answer);
-                            continue;
-                        }
-                    }
-                    if let Some(at) = at {
-                        chained.insert((item.client.clone(), item.partition), at);
-                    }
-                }
-                kept.push(item);
-            }
-            *items = kept;
-        }
+        let chained = self.chain(&mut split, head.version).await;
         let local = (!split.local.is_empty()).then(|| {
             let sub = ProduceRequest::default()
                 .with_transactional_id(transactional_id)
@@ -159,7 +118,22 @@ impl Router {
             // order, and the client would take the upstream's
             // OUT_OF_ORDER_SEQUENCE_NUMBER for a fatal error.)
             let attempts = if chained.is_empty() { ATTEMPTS } else { 1 };
-            let upstream_part = land_all(launched, attempts, deadline, &build, &find_produced);
+            // A batch's fate goes into its chain as soon as its leader
+            // answers (or its connection fails), not once the whole request
+            // is answered: the client's next requests, launched meanwhile,
+            // must not pass a failed batch (a new connection may bring
+            // them to the leader first, which takes them from a producer it
+            // has no state for, and the failed one is then refused).
+            let settled = |item: &Item<Option<Bytes>>, result: &Result<PartitionProduceResponse, _>| {
+                let Some(at) = chained.get(&(item.client.clone(), item.partition)) else {
+                    return;
+                };
+                match result {
+                    Ok(p) if p.error_code == 0 => self.producers.written(at),
+                    _ => self.producers.failed(at),
+                }
+            };
+            let upstream_part = land_all(launched, attempts, deadline, &build, &find_produced, &settled);
             let (local_answer, upstream_answers) =
                 futures_util::future::join(local_part, upstream_part).await;
             if acks == 0 {
@@ -176,15 +150,10 @@ impl Router {
                 }
             }
             for (item, result) in upstream_answers {
-                let at = chained.get(&(item.client.clone(), item.partition));
                 if result.as_ref().map_or(true, |p| p.error_code != 0) {
+                    let at = chained.get(&(item.client.clone(), item.partition));
                     let code = result.as_ref().map_or(-1, |p| p.error_code);
                     tracing::debug!(topic = %item.upstream, partition = item.partition, code, sequence = ?at.map(|(_, base)| base), "produce failed");
-                    if let Some(at) = at {
-                        self.producers.failed(at);
-                    }
-                } else if let Some(at) = at {
-                    self.producers.written(at);
                 }
                 let answer = match result {
                     Ok(p) => {
@@ -220,6 +189,58 @@ impl Router {
                 .collect();
             Reply::Respond(Box::new(ResponseKind::Produce(response)))
         })
+    }
+
+    /// Idempotent batches bound upstream carry the cluster's own producer
+    /// id and keep their order per producer and partition (see
+    /// `producers`): a batch behind a failed one of its chain, or whose
+    /// cluster gave no producer id, is answered now and not sent. Returns
+    /// the place in its chain of each batch that goes.
+    async fn chain(&self, split: &mut ProduceSplit, version: i16) -> HashMap<(String, i32), ChainAt> {
+        let mut chained: HashMap<(String, i32), ChainAt> = HashMap::new();
+        for (c, items) in split.upstream.iter_mut() {
+            let cluster = self.cluster(c);
+            let mut kept = Vec::with_capacity(items.len());
+            for mut item in items.drain(..) {
+                if let Some(records) = item.data.take() {
+                    let at = producers::chain_at(c, &item.upstream, item.partition, &records);
+                    if let Some(Err(failed)) = at.as_ref().map(|at| self.producers.in_order(at)) {
+                        let sequence = at.as_ref().map(|(_, base)| *base);
+                        tracing::debug!(cluster = %c, topic = %item.upstream, partition = item.partition, ?sequence, failed, "held back: an earlier batch of its producer failed");
+                        let mut answer =
+                            produce_error(item.partition, ResponseError::NotLeaderOrFollower.code());
+                        if version >= 8 {
+                            answer.error_message = Some(StrBytes::from_static_str(
+                                "an earlier batch of this producer failed: it goes first",
+                            ));
+                        }
+                        split.answers.insert((item.client, item.partition), answer);
+                        continue;
+                    }
+                    match self.producers.rewrite(cluster, records).await {
+                        Ok(records) => item.data = Some(records),
+                        Err(e) => {
+                            tracing::debug!(cluster = %c, error = %e, "no upstream producer id");
+                            if let Some(at) = &at {
+                                self.producers.failed(at);
+                            }
+                            let mut answer = produce_error(item.partition, producer_id_code(&e));
+                            if version >= 8 {
+                                answer.error_message = Some(StrBytes::from_string(e.to_string()));
+                            }
+                            split.answers.insert((item.client, item.partition), answer);
+                            continue;
+                        }
+                    }
+                    if let Some(at) = at {
+                        chained.insert((item.client.clone(), item.partition), at);
+                    }
+                }
+                kept.push(item);
+            }
+            *items = kept;
+        }
+        chained
     }
 
     /// Fetch: every destination's part is sent at once and long-polls on
@@ -291,7 +312,16 @@ impl Router {
             for (cluster, flights) in launched {
                 let build = &build;
                 parts.push(Box::pin(async move {
-                    let answered = land(cluster, flights, 1, Instant::now(), build, &find_fetched).await;
+                    let answered = land(
+                        cluster,
+                        flights,
+                        1,
+                        Instant::now(),
+                        build,
+                        &find_fetched,
+                        &|_, _| {},
+                    )
+                    .await;
                     let mut topics: Vec<FetchableTopicResponse> = Vec::new();
                     for (item, result) in answered {
                         let data = match result {

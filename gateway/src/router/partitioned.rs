@@ -148,7 +148,7 @@ impl Router {
                     (a, code)
                 })
             };
-            let upstream_part = land_all(launched, ATTEMPTS, deadline, &build, &find);
+            let upstream_part = land_all(launched, ATTEMPTS, deadline, &build, &find, &|_, _| {});
             let (local_answer, upstream_answers) =
                 futures_util::future::join(local_part, upstream_part).await;
             let answers = &mut split.answers;

@@ -23,7 +23,9 @@
 //! one fails (its leader gone); a later batch reaching the new leader first
 //! is taken there, since a leader takes any first sequence from a producer
 //! it has no state for, and the earlier one is then refused for good. So
-//! once a sequenced batch failed, later batches of that producer and
+//! once a sequenced batch failed (known as soon as its leader answers or
+//! its connection fails, not when the client's whole request is answered),
+//! later batches of that producer and
 //! partition are answered NOT_LEADER_OR_FOLLOWER without being sent (not
 //! written; every client sends them again, in order) until the client sends
 //! the failed one again, or until a later batch sent before the failure was

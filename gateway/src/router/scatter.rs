@@ -14,7 +14,7 @@ use futures_util::future::join_all;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::Request;
 use kafka_protocol::ResponseError;
-use strait_upstream::{Answer, Cluster, Connection, Throttled, UpstreamError};
+use strait_upstream::{Answer, Backoff, Cluster, Connection, Throttled, UpstreamError};
 use tokio::time::Instant;
 
 use super::session::Session;
@@ -110,6 +110,8 @@ where
 /// (found with `find`, see [`settle`]). Items whose leader is unknown or
 /// moved are sent again on the shared connections after a metadata
 /// refresh, at most `attempts` times in all and not past `deadline`.
+/// `settled` sees each item's final answer as soon as its flight lands,
+/// before the other flights do.
 pub(super) async fn land<R, T, A>(
     cluster: &Cluster,
     mut flights: Vec<Flight<R, T>>,
@@ -117,6 +119,7 @@ pub(super) async fn land<R, T, A>(
     deadline: Instant,
     build: &impl Fn(&[Item<T>]) -> R,
     find: &impl Fn(&mut R::Response, &Item<T>) -> Option<(A, i16)>,
+    settled: &(impl Fn(&Item<T>, &Result<A, UpstreamError>) + Sync),
 ) -> Vec<(Item<T>, Result<A, UpstreamError>)>
 where
     R: Request + Any,
@@ -124,13 +127,20 @@ where
 {
     let api = ApiKey::try_from(R::KEY).expect("kafka-protocol requests have known keys");
     let mut done = Vec::new();
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(400));
     for attempt in 1..=attempts {
         let answered = join_all(flights.into_iter().map(|flight| async move {
             let answer = match flight.answer {
                 Ok(answer) => answer.answer().await,
                 Err(e) => Err(e),
             };
-            settle(cluster, flight.node, api, flight.group, answer, find)
+            let answered = settle(cluster, flight.node, api, flight.group, answer, find);
+            for (item, result) in &answered {
+                if attempt == attempts || !result.as_ref().is_err_and(moved) {
+                    settled(item, result);
+                }
+            }
+            answered
         }))
         .await;
         let last = attempt == attempts || Instant::now() >= deadline;
@@ -145,6 +155,10 @@ where
                     if other.as_ref().is_err_and(UpstreamError::wants_metadata_refresh) {
                         cluster.invalidate();
                     }
+                    if attempt < attempts && other.as_ref().is_err_and(moved) {
+                        // Past the deadline: final only now.
+                        settled(&item, &other);
+                    }
                     done.push((item, other));
                 }
             }
@@ -152,8 +166,7 @@ where
         if retry.is_empty() {
             break;
         }
-        let pause = Duration::from_millis(50 * attempt as u64);
-        tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
+        tokio::time::sleep_until(deadline.min(Instant::now() + backoff.next_delay())).await;
         flights = launch(cluster, retry, &mut Via::Shared, build).await;
     }
     done
@@ -337,6 +350,7 @@ pub(super) async fn land_all<R, T, A>(
     deadline: Instant,
     build: &impl Fn(&[Item<T>]) -> R,
     find: &impl Fn(&mut R::Response, &Item<T>) -> Option<(A, i16)>,
+    settled: &(impl Fn(&Item<T>, &Result<A, UpstreamError>) + Sync),
 ) -> Vec<(Item<T>, Result<A, UpstreamError>)>
 where
     R: Request + Any,
@@ -345,7 +359,7 @@ where
     join_all(
         launched
             .into_iter()
-            .map(|(cluster, flights)| land(cluster, flights, attempts, deadline, build, find)),
+            .map(|(cluster, flights)| land(cluster, flights, attempts, deadline, build, find, settled)),
     )
     .await
     .into_iter()
