@@ -15,8 +15,9 @@
 //! - [`verify`]: read-only checking and dumping of partitions on disk.
 //! - [`metrics`]: the fsync latency histogram.
 //!
-//! The batch format itself is `strait_batch`'s. The crate knows nothing of sockets or async runtimes: its futures are
-//! plain `std::future::Future`s completed by its own threads.
+//! The batch format itself is `strait_batch`'s. The crate knows nothing of
+//! sockets or async runtimes: its futures are plain `std::future::Future`s
+//! completed by its own threads.
 
 pub mod config;
 pub mod error;

@@ -61,9 +61,6 @@ const PRODUCER_ID_PATIENCE: Duration = Duration::from_secs(10);
 /// Most (client producer, cluster) pairs remembered.
 const CAPACITY: usize = 100_000;
 
-/// The transactional bit of a batch's attributes.
-const TRANSACTIONAL: i16 = 0x10;
-
 /// (cluster, client producer id).
 type Key = (String, i64);
 
@@ -179,7 +176,7 @@ impl UpstreamProducers {
                 break;
             };
             let size = header.size();
-            if header.producer_id >= 0 && header.attributes & TRANSACTIONAL == 0 {
+            if header.producer_id >= 0 && !header.is_transactional() {
                 let (id, epoch) = self
                     .get(cluster, header.producer_id, header.producer_epoch)
                     .await?;
@@ -202,7 +199,7 @@ pub(super) type ChainAt = (Chain, i32);
 /// if they are sequenced (idempotent, not transactional).
 pub(super) fn chain_at(cluster: &str, topic: &str, partition: i32, records: &Bytes) -> Option<ChainAt> {
     let header = BatchHeader::parse_whole(records).ok()?;
-    (header.producer_id >= 0 && header.attributes & TRANSACTIONAL == 0).then(|| {
+    (header.producer_id >= 0 && !header.is_transactional()).then(|| {
         let chain = (
             cluster.to_owned(),
             header.producer_id,
