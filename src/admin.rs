@@ -75,11 +75,14 @@ impl Admin {
             let Some(gateway) = self.gateway.get() else {
                 return Err("the Kafka listener is not up yet".to_owned());
             };
-            let waiting: Vec<&str> = gateway
+            let waiting: Vec<String> = gateway
                 .upstreams
                 .iter()
                 .filter(|(_, c)| c.cached_metadata().is_none())
-                .map(|(name, _)| name.as_str())
+                .map(|(name, c)| match c.health().last_load {
+                    Some(Err(e)) => format!("{name} ({e})"),
+                    _ => name.clone(),
+                })
                 .collect();
             if !waiting.is_empty() {
                 return Err(format!(

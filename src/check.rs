@@ -1,5 +1,7 @@
 //! `strait check`: load and validate a configuration file, then print the
-//! effective configuration (every default written out) as YAML.
+//! effective configuration (every default written out) as YAML. Clusters'
+//! TLS files are read too; the configuration holds no secret, only where
+//! each is (an environment variable or a file), and so prints none.
 
 use std::io::Write;
 use std::path::Path;
@@ -11,6 +13,9 @@ use strait_config::Config;
 /// bad YAML, unknown key, invalid value) name the file and the key.
 pub fn run(config: &Path) -> anyhow::Result<()> {
     let loaded = Config::load(config)?;
+    // Each cluster's certificate and key files, read as a start would read
+    // them (secrets are read only when connecting).
+    strait_gateway::launch::upstream_clusters(&loaded)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "# effective configuration of {}", config.display())?;
     out.write_all(loaded.to_yaml().as_bytes())?;

@@ -24,7 +24,7 @@ pub fn start(
     shutdown: &watch::Receiver<bool>,
 ) -> anyhow::Result<JoinSet<()>> {
     let registry = &admin.registry;
-    let clusters = strait_gateway::launch::upstream_clusters(config);
+    let clusters = strait_gateway::launch::upstream_clusters(config)?;
     let metrics = MirrorMetrics::register(registry)?;
     let collector = Arc::new(PartitionCollector::new(config.admin.partition_labels));
     registry.register(Box::new(CollectorHandle(collector.clone())))?;

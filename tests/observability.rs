@@ -9,7 +9,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -18,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::kafka::Kafka;
-use support::{free_port, kcat, repo_root, run_client, unique, Strait};
+use support::{free_port, http, kcat, repo_root, run_client, unique, Strait};
 
 /// Records produced through Strait to `dc1.orders` (`orders-N` on dc1,
 /// mirrored to dc2).
@@ -165,21 +164,6 @@ fn strait_with(yaml: &str) -> (Strait, tempfile::TempDir) {
 
 /// GET `path` on 127.0.0.1:`port`: the status code and the body. HTTP/1.0,
 /// so that the body comes whole, not in chunks.
-fn http(port: u16, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connecting");
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("reading the answer");
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("not HTTP: {head}"));
-    (status, body.to_owned())
-}
-
 fn url_encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Invalid;
 use crate::names::check_name;
+use crate::security::{ClientSasl, ClientTls};
 use crate::server::parse_host_port;
 use crate::units::{ByteSize, HumanDuration};
 
@@ -51,6 +52,13 @@ pub struct ClusterConfig {
     /// Most request bytes in flight on one broker connection. Default
     /// `64MiB`; at least `1MiB`.
     pub max_bytes_in_flight: ByteSize,
+    /// Connect with TLS (`tls: {}` for the system's roots and no client
+    /// certificate). Default: plaintext.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ClientTls>,
+    /// Authenticate with SASL. Default: no authentication.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<ClientSasl>,
 }
 
 impl Default for ClusterConfig {
@@ -64,6 +72,8 @@ impl Default for ClusterConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             metadata_refresh: DEFAULT_METADATA_REFRESH,
             max_bytes_in_flight: DEFAULT_MAX_BYTES_IN_FLIGHT,
+            tls: None,
+            sasl: None,
         }
     }
 }
@@ -114,7 +124,14 @@ impl ClusterConfig {
                 return Err(Invalid::new(format!("{prefix}.{key}"), "must be positive"));
             }
         }
-        check_bytes_in_flight(self.max_bytes_in_flight, &format!("{prefix}.max_bytes_in_flight"))
+        check_bytes_in_flight(self.max_bytes_in_flight, &format!("{prefix}.max_bytes_in_flight"))?;
+        if let Some(tls) = &self.tls {
+            tls.validate(&format!("{prefix}.tls"))?;
+        }
+        if let Some(sasl) = &self.sasl {
+            sasl.validate(&format!("{prefix}.sasl"))?;
+        }
+        Ok(())
     }
 }
 

@@ -15,7 +15,11 @@
 //!   per-topic overrides, and [`SpoolConfig::for_topic`], which resolves
 //!   them into a [`TopicSpoolConfig`] of plain values.
 //! - [`cluster`]: the `clusters:` section: upstream Kafka clusters by name
-//!   ([`ClusterConfig`]: bootstrap brokers, client id, timeouts).
+//!   ([`ClusterConfig`]: bootstrap brokers, client id, timeouts, TLS and
+//!   SASL).
+//! - [`security`]: TLS and SASL settings ([`ClientTls`], [`ClientSasl`])
+//!   and the [`Secret`]s they name (environment variables or files, never
+//!   the secret itself).
 //! - [`admin`]: the `admin:` section: the HTTP listener for `/metrics` and
 //!   `/healthz` ([`AdminConfig`]).
 //! - [`mirror`]: the `mirrors:` section: what to copy between clusters
@@ -65,6 +69,7 @@ mod names;
 mod overlap;
 mod pattern;
 pub mod route;
+pub mod security;
 pub mod server;
 pub mod spool;
 pub mod units;
@@ -75,6 +80,7 @@ pub use error::{ConfigError, Invalid};
 pub use mirror::{MirrorConfig, OnLostRecords, StartPosition};
 pub use pattern::TopicFilter;
 pub use route::{Destination, GroupRouteConfig, GroupRoutes, RouteConfig, Routed, Routes};
+pub use security::{ClientSasl, ClientTls, SaslMechanism, Secret};
 pub use server::{BrokerConfig, ServerConfig};
 pub use spool::{Durability, SpoolConfig, TopicOverrides, TopicSpoolConfig};
 pub use units::{ByteSize, HumanDuration, UnitError};

@@ -521,3 +521,115 @@ fn resolved_topic() {
     assert_eq!(payments.segment_bytes, 1 << 30);
     assert_eq!(config.spool.for_topic("other"), TopicSpoolConfig::default());
 }
+
+#[test]
+fn cluster_tls_and_sasl() {
+    let config = parse(
+        "
+clusters:
+  nj:
+    bootstrap: [\"kafka-nj-1:9093\"]
+    tls: { ca_file: /etc/strait/nj-ca.pem, cert_file: /etc/strait/me.pem, key_file: /etc/strait/me.key }
+    sasl: { mechanism: SCRAM-SHA-512, username: strait, password: { env: NJ_PASSWORD } }
+  cq:
+    bootstrap: [\"kafka-cq-1:9093\"]
+    tls: {}
+    sasl: { mechanism: OAUTHBEARER, token: { file: /run/secrets/cq-token } }
+",
+    );
+    let nj = &config.clusters["nj"];
+    let tls = nj.tls.as_ref().unwrap();
+    assert!(tls.verify_hostname, "hostnames are verified by default");
+    assert_eq!(tls.key_file.as_deref(), Some(Path::new("/etc/strait/me.key")));
+    let sasl = nj.sasl.as_ref().unwrap();
+    assert_eq!(sasl.mechanism, SaslMechanism::ScramSha512);
+    assert_eq!(sasl.password, Some(Secret::Env("NJ_PASSWORD".into())));
+    let cq = &config.clusters["cq"];
+    assert_eq!(cq.tls, Some(ClientTls::default()));
+    assert_eq!(
+        cq.sasl.as_ref().unwrap().token,
+        Some(Secret::File("/run/secrets/cq-token".into()))
+    );
+    // Printed back with the secrets' places, never a secret.
+    let yaml = config.to_yaml();
+    assert!(yaml.contains("password:\n        env: NJ_PASSWORD"), "{yaml}");
+    assert!(yaml.contains("mechanism: OAUTHBEARER"), "{yaml}");
+    assert_eq!(Config::parse(&yaml, FILE).unwrap().clusters, config.clusters);
+    // A cluster without either prints neither.
+    let plain = parse("clusters:\n  nj: { bootstrap: [\"k:9092\"] }\n");
+    assert!(!plain.to_yaml().contains("tls"));
+}
+
+#[test]
+fn bad_tls_and_sasl() {
+    let cluster = |rest: &str| format!("clusters:\n  nj: {{ bootstrap: [\"k:9093\"], {rest} }}\n");
+    for (rest, path, reason) in [
+        (
+            "sasl: { mechanism: PLAIN, username: u, password: hunter2 }",
+            "clusters.nj.sasl.password",
+            "never the secret itself",
+        ),
+        (
+            "sasl: { mechanism: PLAIN, username: u, password: { env: A, file: /b } }",
+            "clusters.nj.sasl.password",
+            "either { env: NAME } or { file: /path }",
+        ),
+        (
+            "sasl: { mechanism: SCRAM-SHA-256, username: u }",
+            "clusters.nj.sasl.password",
+            "required for SCRAM-SHA-256",
+        ),
+        (
+            "sasl: { mechanism: SCRAM-SHA-512, password: { env: P } }",
+            "clusters.nj.sasl.username",
+            "required for SCRAM-SHA-512",
+        ),
+        (
+            "sasl: { mechanism: OAUTHBEARER, username: u }",
+            "clusters.nj.sasl.username",
+            "use `token` instead",
+        ),
+        (
+            "sasl: { mechanism: OAUTHBEARER }",
+            "clusters.nj.sasl.token",
+            "required for OAUTHBEARER",
+        ),
+        (
+            "sasl: { mechanism: PLAIN, username: u, password: { env: P }, token: { env: T } }",
+            "clusters.nj.sasl.token",
+            "not a token",
+        ),
+        (
+            "sasl: { mechanism: PLAIN, username: u, password: { env: \"\" } }",
+            "clusters.nj.sasl.password",
+            "not an environment variable's name",
+        ),
+        (
+            "sasl: { mechanism: GSSAPI }",
+            "clusters.nj.sasl.mechanism",
+            "GSSAPI",
+        ),
+        (
+            "tls: { cert_file: /a.pem }",
+            "clusters.nj.tls.key_file",
+            "required with cert_file",
+        ),
+        (
+            "tls: { key_file: /a.key }",
+            "clusters.nj.tls.cert_file",
+            "required with key_file",
+        ),
+        (
+            "tls: { server_name: \"a b\" }",
+            "clusters.nj.tls.server_name",
+            "not a host name",
+        ),
+        (
+            "tls: { ca: /a.pem }",
+            "clusters.nj.tls.ca",
+            "unknown field `ca`, expected one of `ca_file`",
+        ),
+    ] {
+        check_error(&cluster(rest), path, reason);
+    }
+}

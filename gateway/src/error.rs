@@ -176,12 +176,14 @@ pub fn kafka_code(failure: Failure<'_>) -> ResponseError {
             match e {
                 U::Kafka { code, .. } => *code,
                 U::Deadline { last, .. } => kafka_code(Failure::Upstream(last)),
-                U::Connect { .. } | U::Disconnected { .. } | U::NoBroker { .. } => {
+                U::Connect { .. } | U::Security { .. } | U::Disconnected { .. } | U::NoBroker { .. } => {
                     ResponseError::NetworkException
                 }
                 U::TimedOut { .. } => ResponseError::RequestTimedOut,
                 U::Unsupported { .. } => ResponseError::UnsupportedVersion,
-                U::Malformed { .. } | U::Encode { .. } => ResponseError::UnknownServerError,
+                U::Malformed { .. } | U::Encode { .. } | U::Settings { .. } => {
+                    ResponseError::UnknownServerError
+                }
             }
         }
         // Clients see Strait as every partition's leader: a leader Strait

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use strait_config::Config;
 use strait_spool::pool::PoolOptions;
 use strait_spool::IoPool;
-use strait_upstream::{Cluster, ClusterOptions, ConnectOptions};
+use strait_upstream::{Cluster, ClusterOptions, ConnectOptions, Security};
 use tokio::net::{TcpListener, TcpSocket};
 
 /// Connections the kernel queues before Strait accepts them.
@@ -67,6 +67,10 @@ pub enum StartError {
         /// Why.
         error: GroupError,
     },
+    /// A cluster's TLS or SASL settings cannot be used (a certificate
+    /// file that is missing or does not parse).
+    #[error("{0}")]
+    Cluster(strait_upstream::UpstreamError),
     /// The listen address is taken or not ours.
     #[error("server.listen: cannot listen on {addr}: {error}; {}", bind_advice(.error))]
     Bind {
@@ -84,6 +88,7 @@ impl StartError {
             StartError::Config { key, .. } => key,
             StartError::DataDir { .. } | StartError::Topics { .. } | StartError::Groups { .. } => "data_dir",
             StartError::Bind { .. } => "server.listen",
+            StartError::Cluster(_) => "clusters",
         }
     }
 }
@@ -169,12 +174,14 @@ pub struct Strait {
 }
 
 /// A handle on each upstream cluster of `config`, by name. Nothing is
-/// contacted until first use.
-pub fn upstream_clusters(config: &Config) -> BTreeMap<String, Cluster> {
+/// contacted until first use; certificate files are read now.
+pub fn upstream_clusters(config: &Config) -> Result<BTreeMap<String, Cluster>, StartError> {
     config
         .clusters
         .iter()
         .map(|(name, c)| {
+            let security =
+                Security::new(name, c.tls.as_ref(), c.sasl.as_ref()).map_err(StartError::Cluster)?;
             let options = ClusterOptions {
                 bootstrap: c.bootstrap.clone(),
                 connect: ConnectOptions {
@@ -182,10 +189,11 @@ pub fn upstream_clusters(config: &Config) -> BTreeMap<String, Cluster> {
                     connect_timeout: c.connect_timeout.into(),
                     request_timeout: c.request_timeout.into(),
                     max_bytes_in_flight: c.max_bytes_in_flight.bytes() as usize,
+                    security,
                 },
                 metadata_max_age: c.metadata_refresh.into(),
             };
-            (name.clone(), Cluster::new(name.clone(), options))
+            Ok((name.clone(), Cluster::new(name.clone(), options)))
         })
         .collect()
 }
@@ -303,7 +311,7 @@ impl Strait {
             Arc::new(broker),
             config.routes(),
             config.group_routes(),
-            upstream_clusters(config),
+            upstream_clusters(config)?,
         );
         Ok(Strait {
             router: Arc::new(router),

@@ -160,6 +160,18 @@ impl Kafka {
     /// otherwise a dedicated controller and that many brokers. `extra` are
     /// more `server.properties` lines for every broker.
     pub fn start(brokers: usize, extra: &[&str]) -> Kafka {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        Kafka::launch(brokers, &|_| extra.clone(), None)
+    }
+
+    /// A single combined node whose PLAINTEXT listener is on `port`, with
+    /// the `server.properties` lines `extra` makes of the controller's port
+    /// (so they can list listeners of their own: later lines win).
+    pub fn start_single(port: u16, extra: &dyn Fn(u16) -> Vec<String>) -> Kafka {
+        Kafka::launch(0, extra, Some(port))
+    }
+
+    fn launch(brokers: usize, extra: &dyn Fn(u16) -> Vec<String>, port: Option<u16>) -> Kafka {
         let libs = kafka_libs();
         let version = kafka_version(&libs);
         let dir = tempfile::Builder::new()
@@ -169,6 +181,7 @@ impl Kafka {
             .keep();
         fs::write(dir.join("log4j2.properties"), LOG4J).unwrap();
         let controller_port = free_port();
+        let extra = extra(controller_port);
         // Small segments: a test's data is little, and compaction needs
         // rolled segments.
         let segments = "log.segment.bytes=16777216".to_owned();
@@ -179,11 +192,11 @@ impl Kafka {
         };
         let mut nodes = Vec::new();
         if brokers == 0 {
-            let port = free_port();
+            let port = port.unwrap_or_else(free_port);
             let mut lines =
                 combined_node_properties("127.0.0.1", port, port, controller_port, &dir.join("data-1"));
             lines.push(segments.clone());
-            lines.extend(extra.iter().map(|s| s.to_string()));
+            lines.extend(extra.iter().cloned());
             nodes.push(Node::write(&dir, 1, port, lines, "512m"));
         } else {
             let mut lines = common(1);
@@ -200,7 +213,7 @@ impl Kafka {
                     format!("listeners=PLAINTEXT://127.0.0.1:{port}"),
                     format!("advertised.listeners=PLAINTEXT://127.0.0.1:{port}"),
                 ]);
-                lines.extend(extra.iter().map(|s| s.to_string()));
+                lines.extend(extra.iter().cloned());
                 nodes.push(Node::write(&dir, id, port, lines, "384m"));
             }
         }

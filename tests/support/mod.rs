@@ -27,6 +27,7 @@ pub mod kafka;
 pub mod local;
 pub mod raw;
 pub mod relay;
+pub mod tls;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -1312,23 +1313,29 @@ impl Drop for MirrorProc {
     }
 }
 
-/// A plain HTTP/1.1 GET on 127.0.0.1:`port`; the body (panics on a status
-/// other than 200).
-pub fn http_get(port: u16, path: &str) -> String {
+/// A plain HTTP GET on 127.0.0.1:`port`: the status and the body.
+pub fn http(port: u16, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connecting to the admin listener");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
     let mut response = String::new();
     stream
         .read_to_string(&mut response)
         .expect("reading the HTTP answer");
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
-    body.to_owned()
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not HTTP: {head}"));
+    (status, body.to_owned())
+}
+
+/// [`http`]'s body; panics on a status other than 200.
+pub fn http_get(port: u16, path: &str) -> String {
+    let (status, body) = http(port, path);
+    assert_eq!(status, 200, "GET {path}: {body}");
+    body
 }
 
 /// The value of one Prometheus sample in `metrics` text: the first line

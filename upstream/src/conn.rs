@@ -17,6 +17,12 @@
 //! A broker's throttle time (KIP-219) holds back further requests to it
 //! until it ends.
 //!
+//! A connection to a cluster with `tls:` runs over TLS, and one with
+//! `sasl:` authenticates after ApiVersions ([`crate::security`]). When
+//! the broker grants a session of limited life (KIP-368), the writer
+//! re-authenticates in band before it ends: it sends no request of its
+//! own meanwhile, and what callers hand it waits in its queue.
+//!
 //! Produce with `acks=0` gets no answer from Kafka and is not supported.
 
 use std::any::Any;
@@ -32,15 +38,16 @@ use kafka_protocol::messages::{
     ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::{Result, UpstreamError};
 use crate::metrics::ClusterMetrics;
+use crate::security::{self, Exchange, Security};
 use crate::splice;
+use crate::stream::{Reader, Stream, Writer};
 use crate::throttle::Throttled;
 use crate::versions::Versions;
 use crate::window::{Slot, Window};
@@ -68,6 +75,8 @@ pub struct ConnectOptions {
     pub request_timeout: Duration,
     /// Request bytes plus expected answer bytes in flight at once.
     pub max_bytes_in_flight: usize,
+    /// TLS and SASL.
+    pub security: Security,
 }
 
 impl Default for ConnectOptions {
@@ -77,6 +86,7 @@ impl Default for ConnectOptions {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             max_bytes_in_flight: 64 << 20,
+            security: Security::default(),
         }
     }
 }
@@ -108,6 +118,8 @@ struct Shared {
     window: Arc<Window>,
     /// The cluster's metrics, for connections a [`crate::Cluster`] opened.
     metrics: Option<Arc<ClusterMetrics>>,
+    /// For re-authentication.
+    security: Security,
 }
 
 #[derive(Debug)]
@@ -141,17 +153,34 @@ impl Connection {
         metrics: Option<Arc<ClusterMetrics>>,
     ) -> Result<Connection> {
         let opened = tokio::time::timeout(options.connect_timeout, async {
-            let mut stream = TcpStream::connect(addr)
+            let tcp = TcpStream::connect(addr)
                 .await
                 .map_err(|e| connect_error(&broker, e.to_string()))?;
-            stream
-                .set_nodelay(true)
+            tcp.set_nodelay(true)
                 .map_err(|e| connect_error(&broker, e.to_string()))?;
-            let versions = handshake(&broker, &mut stream, &options.client_id).await?;
-            Ok::<_, UpstreamError>((stream, versions))
+            let mut stream = options.security.open(&broker, addr, tcp).await?;
+            let versions = handshake(
+                &broker,
+                &mut stream,
+                &options.client_id,
+                options.security.uses_tls(),
+            )
+            .await?;
+            let mut lifetime = None;
+            if let Some(exchange) = options.security.exchange(&broker).await? {
+                let name = options.security.mechanism().expect("an exchange has a mechanism");
+                let mut raw = RawExchange {
+                    stream: &mut stream,
+                    broker: &broker,
+                    client_id: &options.client_id,
+                    next_id: 1,
+                };
+                lifetime = security::authenticate(&mut raw, &broker, &versions, exchange, name).await?;
+            }
+            Ok::<_, UpstreamError>((stream, versions, lifetime))
         })
         .await;
-        let (stream, versions) = match opened {
+        let (stream, versions, lifetime) = match opened {
             Ok(opened) => opened?,
             Err(_) => {
                 return Err(connect_error(
@@ -179,13 +208,15 @@ impl Connection {
             max_budget,
             window: Arc::default(),
             metrics,
+            security: options.security.clone(),
         });
         if let Some(metrics) = &shared.metrics {
             metrics.opened();
         }
         let (tx, rx) = mpsc::channel(QUEUE);
         let (read, write) = stream.into_split();
-        tokio::spawn(write_loop(shared.clone(), rx, write));
+        let reauthenticate = lifetime.map(|l| Instant::now() + security::reauthenticate_after(l));
+        tokio::spawn(write_loop(shared.clone(), rx, write, reauthenticate));
         tokio::spawn(read_loop(shared.clone(), read));
         Ok(Connection { shared, tx })
     }
@@ -267,7 +298,7 @@ impl Connection {
         let api = api_of::<R>();
         let sent_at = Instant::now();
         let correlation_id = self.shared.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
-        let frame = self.encode(api, version, correlation_id, request)?;
+        let frame = self.shared.encode(api, version, correlation_id, request)?;
         let size = frame.iter().map(Bytes::len).sum::<usize>();
         let cost = (size + response_budget(request)).min(self.shared.max_budget);
         let timeout = self.shared.request_timeout;
@@ -300,44 +331,6 @@ impl Connection {
             sent_at,
             request: PhantomData,
         })
-    }
-
-    /// The request's frame. A Produce's record batches are chunks of their
-    /// own, not copies ([`crate::splice`]).
-    fn encode<R: Request + Any>(
-        &self,
-        api: ApiKey,
-        version: i16,
-        correlation_id: i32,
-        request: &R,
-    ) -> Result<Vec<Bytes>> {
-        let encode_error = |detail: String| UpstreamError::Encode { api, version, detail };
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(self.shared.client_id.clone()));
-        let header_version = R::header_version(version);
-        if let Some(produce) = (request as &dyn Any).downcast_ref::<ProduceRequest>() {
-            let mut head = BytesMut::with_capacity(256);
-            head.put_i32(0);
-            header
-                .encode(&mut head, header_version)
-                .map_err(|e| encode_error(e.to_string()))?;
-            return splice::encode_frame(head, produce.clone(), version, version >= 9).map_err(encode_error);
-        }
-        let size = header
-            .compute_size(header_version)
-            .and_then(|h| Ok(h + request.compute_size(version)?))
-            .map_err(|e| encode_error(e.to_string()))?;
-        let length = i32::try_from(size).map_err(|_| encode_error(format!("{size} bytes")))?;
-        let mut buf = BytesMut::with_capacity(4 + size);
-        buf.put_i32(length);
-        header
-            .encode(&mut buf, header_version)
-            .and_then(|()| request.encode(&mut buf, version))
-            .map_err(|e| encode_error(e.to_string()))?;
-        Ok(vec![buf.freeze()])
     }
 
     /// Hands a frame to the writer once the budget has room; the receiver
@@ -376,23 +369,6 @@ impl Connection {
         };
         self.tx.send(outgoing).await.map_err(|_| self.failure())?;
         Ok(answer)
-    }
-
-    fn decode<R>(&self, api: ApiKey, version: i16, mut frame: Bytes) -> Result<R::Response>
-    where
-        R: Request,
-    {
-        let malformed = |detail: String| UpstreamError::Malformed {
-            broker: self.shared.broker.clone(),
-            api,
-            detail,
-        };
-        ResponseHeader::decode(
-            &mut frame,
-            <R::Response as HeaderVersion>::header_version(version),
-        )
-        .map_err(|e| malformed(format!("header: {e}")))?;
-        R::Response::decode(&mut frame, version).map_err(|e| malformed(e.to_string()))
     }
 
     fn failure(&self) -> UpstreamError {
@@ -453,7 +429,7 @@ where
             metrics.answered(self.api, self.sent_at.elapsed(), size);
         }
         let frame = frame?;
-        let response = self.connection.decode::<R>(self.api, self.version, frame)?;
+        let response = shared.decode::<R>(self.api, self.version, frame)?;
         let throttle = response.throttle_ms();
         if throttle > 0 {
             let until = Instant::now() + Duration::from_millis(throttle as u64);
@@ -465,6 +441,61 @@ where
 }
 
 impl Shared {
+    /// The request's frame. A Produce's record batches are chunks of their
+    /// own, not copies ([`crate::splice`]).
+    fn encode<R: Request + Any>(
+        &self,
+        api: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        request: &R,
+    ) -> Result<Vec<Bytes>> {
+        let encode_error = |detail: String| UpstreamError::Encode { api, version, detail };
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(self.client_id.clone()));
+        let header_version = R::header_version(version);
+        if let Some(produce) = (request as &dyn Any).downcast_ref::<ProduceRequest>() {
+            let mut head = BytesMut::with_capacity(256);
+            head.put_i32(0);
+            header
+                .encode(&mut head, header_version)
+                .map_err(|e| encode_error(e.to_string()))?;
+            return splice::encode_frame(head, produce.clone(), version, version >= 9).map_err(encode_error);
+        }
+        let size = header
+            .compute_size(header_version)
+            .and_then(|h| Ok(h + request.compute_size(version)?))
+            .map_err(|e| encode_error(e.to_string()))?;
+        let length = i32::try_from(size).map_err(|_| encode_error(format!("{size} bytes")))?;
+        let mut buf = BytesMut::with_capacity(4 + size);
+        buf.put_i32(length);
+        header
+            .encode(&mut buf, header_version)
+            .and_then(|()| request.encode(&mut buf, version))
+            .map_err(|e| encode_error(e.to_string()))?;
+        Ok(vec![buf.freeze()])
+    }
+
+    fn decode<R>(&self, api: ApiKey, version: i16, mut frame: Bytes) -> Result<R::Response>
+    where
+        R: Request,
+    {
+        let malformed = |detail: String| UpstreamError::Malformed {
+            broker: self.broker.clone(),
+            api,
+            detail,
+        };
+        ResponseHeader::decode(
+            &mut frame,
+            <R::Response as HeaderVersion>::header_version(version),
+        )
+        .map_err(|e| malformed(format!("header: {e}")))?;
+        R::Response::decode(&mut frame, version).map_err(|e| malformed(e.to_string()))
+    }
+
     /// Records a request as in flight, unless the connection has failed
     /// (then the request fails at once). Under the same lock as [`fail`],
     /// so no request is left waiting on a dead connection.
@@ -509,16 +540,41 @@ impl Shared {
     }
 }
 
-async fn write_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Outgoing>, mut write: OwnedWriteHalf) {
+async fn write_loop(
+    shared: Arc<Shared>,
+    mut rx: mpsc::Receiver<Outgoing>,
+    mut write: Writer,
+    mut reauthenticate: Option<Instant>,
+) {
     let mut closed = shared.closed.subscribe();
     loop {
-        let outgoing = tokio::select! {
+        let due = async {
+            match reauthenticate {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let next = tokio::select! {
             biased;
             _ = closed.wait_for(|c| *c) => break,
+            () = due => None,
             outgoing = rx.recv() => match outgoing {
-                Some(outgoing) => outgoing,
+                Some(outgoing) => Some(outgoing),
                 None => break,
             },
+        };
+        let Some(outgoing) = next else {
+            match reauthenticated(&shared, &mut write).await {
+                Ok(lifetime) => {
+                    reauthenticate = lifetime.map(|l| Instant::now() + security::reauthenticate_after(l));
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(broker = %shared.broker, error = %e, "re-authentication failed; the connection closes");
+                    shared.fail(e);
+                    break;
+                }
+            }
         };
         if !shared.register(outgoing.correlation_id, outgoing.pending) {
             continue;
@@ -544,7 +600,111 @@ async fn write_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Outgoing>, mut w
     shared.fail(shared.disconnected("connection closed"));
 }
 
-async fn read_loop(shared: Arc<Shared>, mut read: OwnedReadHalf) {
+/// Re-authenticates on the writer's own turn (KIP-368): the broker
+/// answers what came before first, and nothing else is sent until the
+/// exchange ends. The new session's lifetime, if limited.
+async fn reauthenticated(shared: &Arc<Shared>, write: &mut Writer) -> Result<Option<Duration>> {
+    let Some(exchange) = shared.security.exchange(&shared.broker).await? else {
+        return Ok(None);
+    };
+    let name = shared.security.mechanism().expect("an exchange has a mechanism");
+    let lifetime = security::authenticate(
+        &mut InBand { shared, write },
+        &shared.broker,
+        &shared.versions,
+        exchange,
+        name,
+    )
+    .await?;
+    tracing::debug!(broker = %shared.broker, ?lifetime, "re-authenticated");
+    Ok(lifetime)
+}
+
+/// SASL requests sent by the writer on an open connection, their answers
+/// matched by the reader as any other.
+struct InBand<'a> {
+    shared: &'a Arc<Shared>,
+    write: &'a mut Writer,
+}
+
+impl Exchange for InBand<'_> {
+    async fn round_trip<R: Request + Any>(&mut self, request: &R, version: i16) -> Result<R::Response> {
+        let api = api_of::<R>();
+        let shared = self.shared;
+        let correlation_id = shared.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
+        let frame = shared.encode(api, version, correlation_id, request)?;
+        let permit = shared
+            .budget
+            .clone()
+            .acquire_many_owned(0)
+            .await
+            .map_err(|_| shared.disconnected("connection closed"))?;
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending {
+            reply,
+            _permit: permit,
+            slot: None,
+        };
+        if !shared.register(correlation_id, pending) {
+            return Err(shared
+                .failed
+                .get()
+                .cloned()
+                .unwrap_or_else(|| shared.disconnected("connection closed")));
+        }
+        splice::write_chunks(self.write, &frame, shared.request_timeout)
+            .await
+            .map_err(|e| shared.disconnected(format!("write failed: {e}")))?;
+        let frame = match tokio::time::timeout(shared.request_timeout, answer).await {
+            Ok(Ok(frame)) => frame?,
+            Ok(Err(_)) => return Err(shared.disconnected("connection closed")),
+            Err(_) => {
+                return Err(UpstreamError::TimedOut {
+                    broker: shared.broker.clone(),
+                    api,
+                    after: shared.request_timeout,
+                })
+            }
+        };
+        shared.decode::<R>(api, version, frame)
+    }
+}
+
+/// SASL requests on a connection being opened, on the stream itself
+/// (nothing else is in flight yet).
+struct RawExchange<'a> {
+    stream: &'a mut Stream,
+    broker: &'a str,
+    client_id: &'a str,
+    next_id: i32,
+}
+
+impl Exchange for RawExchange<'_> {
+    async fn round_trip<R: Request + Any>(&mut self, request: &R, version: i16) -> Result<R::Response> {
+        let api = api_of::<R>();
+        self.next_id += 1;
+        let body = raw_round_trip(
+            self.stream,
+            self.broker,
+            self.client_id,
+            self.next_id,
+            request,
+            version,
+        )
+        .await?;
+        let mut body = body;
+        let malformed = |detail: String| UpstreamError::Malformed {
+            broker: self.broker.to_owned(),
+            api,
+            detail,
+        };
+        ResponseHeader::decode(&mut body, <R::Response as HeaderVersion>::header_version(version))
+            .map_err(|e| malformed(format!("header: {e}")))?;
+        R::Response::decode(&mut body, version).map_err(|e| malformed(e.to_string()))
+    }
+}
+
+async fn read_loop(shared: Arc<Shared>, mut read: Reader) {
     let mut closed = shared.closed.subscribe();
     loop {
         let frame = tokio::select! {
@@ -583,7 +743,7 @@ async fn read_loop(shared: Arc<Shared>, mut read: OwnedReadHalf) {
 }
 
 /// Reads one answer frame (at least its 4-byte correlation id).
-async fn read_frame(read: &mut OwnedReadHalf) -> std::result::Result<Bytes, String> {
+async fn read_frame(read: &mut Reader) -> std::result::Result<Bytes, String> {
     let size = match read.read_i32().await {
         Ok(size) => size,
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -610,33 +770,42 @@ async fn read_frame(read: &mut OwnedReadHalf) -> std::result::Result<Bytes, Stri
     Ok(body.freeze())
 }
 
-/// The ApiVersions exchange on a fresh connection, on the stream itself
-/// (nothing else is in flight yet). v3 first; a broker that does not speak
-/// it answers in v0 with its version list (KIP-511), which is all we need.
-async fn handshake(broker: &str, stream: &mut TcpStream, client_id: &str) -> Result<Versions> {
-    let request = ApiVersionsRequest::default()
-        .with_client_software_name(StrBytes::from_static_str("strait"))
-        .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
-    let version = 3;
+/// One request on a connection being opened, written and answered on the
+/// stream itself; the answer's frame after its length (correlation id
+/// first).
+async fn raw_round_trip<S, R>(
+    stream: &mut S,
+    broker: &str,
+    client_id: &str,
+    correlation_id: i32,
+    request: &R,
+    version: i16,
+) -> Result<Bytes>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    R: Request,
+{
+    let api = api_of::<R>();
     let header = RequestHeader::default()
-        .with_request_api_key(ApiKey::ApiVersions as i16)
+        .with_request_api_key(R::KEY)
         .with_request_api_version(version)
-        .with_correlation_id(0)
+        .with_correlation_id(correlation_id)
         .with_client_id(Some(StrBytes::from_string(client_id.to_owned())));
     let mut body = BytesMut::new();
     let encoded = header
-        .encode(&mut body, ApiVersionsRequest::header_version(version))
+        .encode(&mut body, R::header_version(version))
         .and_then(|()| request.encode(&mut body, version));
     if let Err(e) = encoded {
         return Err(UpstreamError::Encode {
-            api: ApiKey::ApiVersions,
+            api,
             version,
             detail: e.to_string(),
         });
     }
-    let io = |e: std::io::Error| connect_error(broker, format!("ApiVersions exchange failed: {e}"));
+    let io = |e: std::io::Error| connect_error(broker, format!("{api:?} exchange failed: {e}"));
     stream.write_i32(body.len() as i32).await.map_err(io)?;
     stream.write_all(&body).await.map_err(io)?;
+    stream.flush().await.map_err(io)?;
     let size = stream.read_i32().await.map_err(io)?;
     let size = usize::try_from(size)
         .ok()
@@ -644,12 +813,53 @@ async fn handshake(broker: &str, stream: &mut TcpStream, client_id: &str) -> Res
         .ok_or_else(|| {
             connect_error(
                 broker,
-                format!("ApiVersions answer length {size} is not a Kafka frame"),
+                format!("{api:?} answer length {size} is not a Kafka frame"),
             )
         })?;
     let mut frame = BytesMut::zeroed(size);
     stream.read_exact(&mut frame).await.map_err(io)?;
     let frame = frame.freeze();
+    let answered = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
+    if answered != correlation_id {
+        return Err(connect_error(
+            broker,
+            format!("{api:?} answered with correlation id {answered}, not {correlation_id}"),
+        ));
+    }
+    Ok(frame)
+}
+
+/// The ApiVersions exchange on a fresh connection, on the stream itself
+/// (nothing else is in flight yet). v3 first; a broker that does not speak
+/// it answers in v0 with its version list (KIP-511), which is all we need.
+/// `tls` says whether the stream is TLS, for the hint when the listener
+/// answers in another tongue.
+async fn handshake(broker: &str, stream: &mut Stream, client_id: &str, tls: bool) -> Result<Versions> {
+    let request = ApiVersionsRequest::default()
+        .with_client_software_name(StrBytes::from_static_str("strait"))
+        .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+    let version = 3;
+    let frame = match raw_round_trip(stream, broker, client_id, 0, &request, version).await {
+        Ok(frame) => frame,
+        Err(UpstreamError::Connect { broker, reason }) if !tls => {
+            return Err(UpstreamError::Connect {
+                broker,
+                reason: format!("{reason} (if this listener wants TLS, set the cluster's `tls:`)"),
+            })
+        }
+        // TLS 1.3 ends the handshake before the server checks the client's
+        // certificate: its verdict comes as an alert on the first read.
+        Err(UpstreamError::Connect { broker, reason }) if reason.contains("received fatal alert") => {
+            return Err(UpstreamError::Security {
+                broker,
+                reason: format!(
+                    "the broker refused the TLS session: {reason} (does the listener want a client \
+                     certificate? set tls.cert_file and tls.key_file)"
+                ),
+            })
+        }
+        Err(e) => return Err(e),
+    };
     let malformed = |detail: String| UpstreamError::Malformed {
         broker: broker.to_owned(),
         api: ApiKey::ApiVersions,

@@ -3,7 +3,8 @@
 //!
 //! Every error is on the upstream side except [`UpstreamError::Encode`]
 //! (a request Strait built that the chosen version cannot carry: a bug on
-//! our side). Messages name the cluster and broker, so a log line says
+//! our side) and [`UpstreamError::Settings`] (a cluster's TLS or SASL
+//! settings that cannot be used). Messages name the cluster and broker, so a log line says
 //! which datacenter misbehaved. Errors are `Clone`: when a connection
 //! breaks, every request in flight on it fails with the same error.
 
@@ -22,6 +23,28 @@ pub enum UpstreamError {
         /// `cluster broker at host:port`.
         broker: String,
         /// What failed.
+        reason: String,
+    },
+    /// The connection opened but TLS or SASL failed: an untrusted or
+    /// expired certificate, a listener that speaks something else,
+    /// credentials the broker refused. Retried only after the broker's
+    /// backoff, as a refused connection is, so a fixed certificate or a
+    /// rotated secret is picked up without hammering the cluster.
+    #[error("cannot authenticate with {broker}: {reason}")]
+    Security {
+        /// `cluster broker at host:port`.
+        broker: String,
+        /// What failed, and what usually causes it.
+        reason: String,
+    },
+    /// A cluster's TLS or SASL settings cannot be used (a certificate file
+    /// that does not parse, say). Found at start-up.
+    #[error("clusters.{cluster}.{reason}")]
+    Settings {
+        /// The cluster's name.
+        cluster: String,
+        /// What is wrong, after the key path below the cluster
+        /// (`tls.ca_file /etc/ca.pem: No such file or directory`).
         reason: String,
     },
     /// The connection broke; every request that was in flight on it fails
@@ -112,6 +135,7 @@ impl UpstreamError {
     pub fn is_retriable(&self) -> bool {
         match self {
             UpstreamError::Connect { .. }
+            | UpstreamError::Security { .. }
             | UpstreamError::Disconnected { .. }
             | UpstreamError::TimedOut { .. }
             | UpstreamError::NoBroker { .. } => true,
@@ -119,6 +143,7 @@ impl UpstreamError {
             UpstreamError::Unsupported { .. }
             | UpstreamError::Malformed { .. }
             | UpstreamError::Encode { .. }
+            | UpstreamError::Settings { .. }
             | UpstreamError::Deadline { .. } => false,
         }
     }
@@ -129,6 +154,7 @@ impl UpstreamError {
     pub fn wants_metadata_refresh(&self) -> bool {
         match self {
             UpstreamError::Connect { .. }
+            | UpstreamError::Security { .. }
             | UpstreamError::Disconnected { .. }
             | UpstreamError::TimedOut { .. } => true,
             UpstreamError::Kafka { code, .. } => matches!(

@@ -15,6 +15,11 @@
 //! - `window`: how many Produce bytes a connection keeps unanswered (the
 //!   path's bandwidth-delay product), so requests wait with the caller,
 //!   not in socket buffers in front of a broker.
+//! - [`Security`] (`security`): TLS (rustls) and SASL for a cluster's
+//!   connections, re-authentication before a session ends (KIP-368);
+//!   [`sasl`]: the mechanisms (PLAIN, SCRAM, OAUTHBEARER) and SCRAM's
+//!   message parsers; `stream`: plain or TLS bytes, split for the
+//!   connection's reader and writer.
 //! - [`Backoff`]: jittered exponential backoff with deadlines for the
 //!   callers' retry loops.
 //! - [`UpstreamError`]: says which broker failed and whether a retry helps.
@@ -28,7 +33,10 @@ pub mod conn;
 pub mod error;
 pub mod metadata;
 pub mod metrics;
+pub mod sasl;
+pub mod security;
 pub mod splice;
+mod stream;
 pub mod throttle;
 pub mod versions;
 mod window;
@@ -38,4 +46,5 @@ pub use cluster::{Cluster, ClusterOptions, Health, Lane};
 pub use conn::{Answer, ConnectOptions, Connection};
 pub use error::{Result, UpstreamError};
 pub use metadata::{Metadata, PartitionMetadata, TopicMetadata};
+pub use security::Security;
 pub use throttle::Throttled;

@@ -29,6 +29,9 @@ pub const CLIENT: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::ApiVersions, 0, 3),
+    // v1: SASL messages wrapped in SaslAuthenticate (v0 sent them bare).
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DeleteRecords, 0, 2),

@@ -1,0 +1,293 @@
+//! TLS and SASL settings of Strait as a client: a cluster's `tls:` and
+//! `sasl:` under `clusters:`, and the [`Secret`]s they name.
+//!
+//! Secrets are never written in the configuration itself: a [`Secret`]
+//! names an environment variable or a file, which the process reads when
+//! it connects (a file is read again on every new connection, so a rotated
+//! password or token is picked up without a restart). The configuration,
+//! and so `strait check`'s print of it, holds only those names.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Invalid;
+
+/// Where a secret (a password, a token) is read from: `{ env: NAME }` or
+/// `{ file: /path }`. A file's content is used without a trailing line
+/// end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "SecretInput", into = "SecretKeys")]
+pub enum Secret {
+    /// The value of this environment variable of the Strait process.
+    Env(String),
+    /// The content of this file.
+    File(PathBuf),
+}
+
+/// A [`Secret`] as written: a map with one of its two keys.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecretKeys {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    env: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    file: Option<PathBuf>,
+}
+
+/// What a secret's place may hold when read: the map, or (refused) the
+/// secret itself.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SecretInput {
+    Keys(SecretKeys),
+    Inline(serde::de::IgnoredAny),
+}
+
+impl TryFrom<SecretInput> for Secret {
+    type Error = &'static str;
+
+    fn try_from(input: SecretInput) -> Result<Self, Self::Error> {
+        match input {
+            SecretInput::Keys(SecretKeys {
+                env: Some(env),
+                file: None,
+            }) => Ok(Secret::Env(env)),
+            SecretInput::Keys(SecretKeys {
+                env: None,
+                file: Some(file),
+            }) => Ok(Secret::File(file)),
+            _ => Err(
+                "write where the secret is, either { env: NAME } or { file: /path }, never the secret itself",
+            ),
+        }
+    }
+}
+
+impl From<Secret> for SecretKeys {
+    fn from(secret: Secret) -> Self {
+        match secret {
+            Secret::Env(env) => SecretKeys {
+                env: Some(env),
+                file: None,
+            },
+            Secret::File(file) => SecretKeys {
+                env: None,
+                file: Some(file),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Secret::Env(name) => write!(f, "environment variable {name}"),
+            Secret::File(path) => write!(f, "file {}", path.display()),
+        }
+    }
+}
+
+impl Secret {
+    fn validate(&self, path: &str) -> Result<(), Invalid> {
+        match self {
+            Secret::Env(name) if name.is_empty() || name.contains('=') || name.contains('\0') => Err(
+                Invalid::new(path, format!("`{name}` is not an environment variable's name")),
+            ),
+            Secret::File(file) if file.as_os_str().is_empty() => {
+                Err(Invalid::new(path, "the file's path must not be empty"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A cluster's `tls:`: connect with TLS (Kafka's `SSL` and `SASL_SSL`
+/// security protocols).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientTls {
+    /// PEM file of the certificate authorities to trust. Default: the
+    /// system's roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// PEM file of Strait's own certificate chain, for clusters that
+    /// authenticate clients by certificate (mTLS). Needs `key_file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    /// PEM file of the private key of `cert_file` (PKCS#8, PKCS#1 or SEC1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+    /// The name sent in SNI and checked against the broker's certificate.
+    /// Default: each broker's host as the cluster advertises it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+    /// Whether the broker's certificate must name the host connected to
+    /// (Kafka's `ssl.endpoint.identification.algorithm=https`). Default
+    /// `true`; with `false` the certificate must still chain to a trusted
+    /// authority.
+    pub verify_hostname: bool,
+}
+
+impl Default for ClientTls {
+    fn default() -> Self {
+        ClientTls {
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            server_name: None,
+            verify_hostname: true,
+        }
+    }
+}
+
+impl ClientTls {
+    pub(crate) fn validate(&self, prefix: &str) -> Result<(), Invalid> {
+        for (key, file) in [
+            ("ca_file", &self.ca_file),
+            ("cert_file", &self.cert_file),
+            ("key_file", &self.key_file),
+        ] {
+            if file.as_ref().is_some_and(|f| f.as_os_str().is_empty()) {
+                return Err(Invalid::new(format!("{prefix}.{key}"), "must not be empty"));
+            }
+        }
+        match (&self.cert_file, &self.key_file) {
+            (Some(_), None) => Err(Invalid::new(
+                format!("{prefix}.key_file"),
+                "required with cert_file: the private key of Strait's certificate",
+            )),
+            (None, Some(_)) => Err(Invalid::new(
+                format!("{prefix}.cert_file"),
+                "required with key_file: the certificate chain of that key",
+            )),
+            _ => match &self.server_name {
+                Some(name)
+                    if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) =>
+                {
+                    Err(Invalid::new(
+                        format!("{prefix}.server_name"),
+                        format!("`{name}` is not a host name"),
+                    ))
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+}
+
+/// A SASL mechanism, named as Kafka names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SaslMechanism {
+    /// `PLAIN`: user name and password, in the clear inside the connection
+    /// (use it with `tls:`).
+    #[serde(rename = "PLAIN")]
+    Plain,
+    /// `SCRAM-SHA-256` (RFC 7677).
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    /// `SCRAM-SHA-512`.
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+    /// `OAUTHBEARER` (RFC 7628, KIP-255): a bearer token.
+    #[serde(rename = "OAUTHBEARER")]
+    OAuthBearer,
+}
+
+impl SaslMechanism {
+    /// The mechanism's name on the wire (`SCRAM-SHA-512`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+            SaslMechanism::OAuthBearer => "OAUTHBEARER",
+        }
+    }
+}
+
+impl fmt::Display for SaslMechanism {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A cluster's `sasl:`: how Strait authenticates to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSasl {
+    /// `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` or `OAUTHBEARER`.
+    pub mechanism: SaslMechanism,
+    /// The user (PLAIN and SCRAM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// The user's password (PLAIN and SCRAM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<Secret>,
+    /// The bearer token, a JWT (OAUTHBEARER). A file is read again for
+    /// every connection, so a token rotated in place is used from then on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<Secret>,
+}
+
+impl ClientSasl {
+    pub(crate) fn validate(&self, prefix: &str) -> Result<(), Invalid> {
+        let mechanism = self.mechanism;
+        match mechanism {
+            SaslMechanism::OAuthBearer => {
+                for (key, set) in [
+                    ("username", self.username.is_some()),
+                    ("password", self.password.is_some()),
+                ] {
+                    if set {
+                        return Err(Invalid::new(
+                            format!("{prefix}.{key}"),
+                            "OAUTHBEARER authenticates with a token: use `token` instead",
+                        ));
+                    }
+                }
+                let token = self.token.as_ref().ok_or_else(|| {
+                    Invalid::new(
+                        format!("{prefix}.token"),
+                        "required for OAUTHBEARER: { file: /path/to/token } or { env: NAME }",
+                    )
+                })?;
+                token.validate(&format!("{prefix}.token"))
+            }
+            _ => {
+                if self.token.is_some() {
+                    return Err(Invalid::new(
+                        format!("{prefix}.token"),
+                        format!("{mechanism} authenticates with username and password, not a token"),
+                    ));
+                }
+                match &self.username {
+                    None => {
+                        return Err(Invalid::new(
+                            format!("{prefix}.username"),
+                            format!("required for {mechanism}"),
+                        ))
+                    }
+                    Some(user) if user.is_empty() || user.contains('\0') => {
+                        return Err(Invalid::new(
+                            format!("{prefix}.username"),
+                            "must not be empty or hold NUL characters",
+                        ))
+                    }
+                    Some(_) => {}
+                }
+                let password = self.password.as_ref().ok_or_else(|| {
+                    Invalid::new(
+                        format!("{prefix}.password"),
+                        format!(
+                            "required for {mechanism}: {{ env: NAME }} or {{ file: /path }} \
+                             (never the password itself)"
+                        ),
+                    )
+                })?;
+                password.validate(&format!("{prefix}.password"))
+            }
+        }
+    }
+}
