@@ -13,9 +13,10 @@ use strait_config::Config;
 /// bad YAML, unknown key, invalid value) name the file and the key.
 pub fn run(config: &Path) -> anyhow::Result<()> {
     let loaded = Config::load(config)?;
-    // Each cluster's certificate and key files, read as a start would read
-    // them (secrets are read only when connecting).
-    strait_gateway::launch::upstream_clusters(&loaded)?;
+    // Each cluster's and listener's certificate and key files, and the
+    // users file, read as a start would read them (secrets are read only
+    // when connecting).
+    strait_gateway::launch::check_files(&loaded)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "# effective configuration of {}", config.display())?;
     out.write_all(loaded.to_yaml().as_bytes())?;

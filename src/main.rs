@@ -4,6 +4,7 @@
 //!   Kafka broker for local topics (embedded defaults without a file).
 //! - `strait mirror --config FILE`: run the configuration's mirrors.
 //! - `strait check --config FILE`: validate a configuration, print it in full.
+//! - `strait users add|remove|list`: the users who log in with SASL.
 //! - `strait spool verify DIR`: check every batch and index entry on disk.
 //! - `strait spool dump DIR [--from OFFSET] [--records]`: list the batches
 //!   (and records) of a partition.
@@ -22,6 +23,7 @@ mod mirror_cmd;
 mod mirrors;
 mod serve;
 mod spool_cmd;
+mod users_cmd;
 
 /// Forged array lengths in a request must not abort the process (see the
 /// allocator's documentation).
@@ -90,6 +92,59 @@ enum Command {
     /// Inspect spool data on disk (read-only).
     #[command(subcommand)]
     Spool(SpoolCommand),
+    /// Manage the users who log in with SASL (the users file, as
+    /// `kafka-configs --alter --add-config SCRAM-SHA-512=...` manages
+    /// Kafka's). A running Strait reads the file again when it changes.
+    Users {
+        #[command(subcommand)]
+        command: UsersCommand,
+        /// The users file.
+        #[arg(long, global = true)]
+        file: Option<PathBuf>,
+        /// A configuration whose server.users_file is the file.
+        #[arg(long, short, global = true)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum UsersCommand {
+    /// Add a user, or change a user's password. The password comes from
+    /// --password-env, --password-file, or the first line of standard
+    /// input; it is stored salted and hashed.
+    Add {
+        /// The user's name.
+        name: String,
+        /// SCRAM mechanisms to store a credential for (repeat the flag);
+        /// default both. PLAIN logins are checked against either.
+        #[arg(long = "mechanism", value_parser = parse_mechanism)]
+        mechanisms: Vec<strait_config::SaslMechanism>,
+        /// Key derivation iterations (4096 to 16384; Kafka's default 4096).
+        #[arg(long, default_value_t = 4096)]
+        iterations: u32,
+        /// Read the password from this environment variable.
+        #[arg(long)]
+        password_env: Option<String>,
+        /// Read the password from this file.
+        #[arg(long)]
+        password_file: Option<PathBuf>,
+    },
+    /// Remove a user.
+    Remove {
+        /// The user's name.
+        name: String,
+    },
+    /// List the users and their mechanisms.
+    List,
+}
+
+fn parse_mechanism(value: &str) -> Result<strait_config::SaslMechanism, String> {
+    use strait_config::SaslMechanism::{ScramSha256, ScramSha512};
+    match value.to_ascii_uppercase().as_str() {
+        "SCRAM-SHA-256" => Ok(ScramSha256),
+        "SCRAM-SHA-512" => Ok(ScramSha512),
+        _ => Err(format!("`{value}`: use SCRAM-SHA-256 or SCRAM-SHA-512")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -142,6 +197,31 @@ fn main() -> ExitCode {
         }),
         Command::Mirror { config } => mirror_cmd::run(&config),
         Command::Check { config } => check::run(&config),
+        Command::Users {
+            command,
+            file,
+            config,
+        } => users_cmd::users_file(file, config).and_then(|path| match command {
+            UsersCommand::Add {
+                name,
+                mechanisms,
+                iterations,
+                password_env,
+                password_file,
+            } => {
+                let mechanisms = if mechanisms.is_empty() {
+                    vec![
+                        strait_config::SaslMechanism::ScramSha256,
+                        strait_config::SaslMechanism::ScramSha512,
+                    ]
+                } else {
+                    mechanisms
+                };
+                users_cmd::add(&path, &name, &mechanisms, iterations, password_env, password_file)
+            }
+            UsersCommand::Remove { name } => users_cmd::remove(&path, &name),
+            UsersCommand::List => users_cmd::list(&path),
+        }),
         Command::Spool(SpoolCommand::Verify { dir }) => spool_cmd::verify(&dir),
         Command::Spool(SpoolCommand::Dump { dir, from, records }) => spool_cmd::dump(&dir, from, records),
     };

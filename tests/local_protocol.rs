@@ -74,13 +74,12 @@ fn protocol_api_versions_v3_and_unknown_v99_fallback() {
     assert!(advertised[&(ApiKey::Produce as i16)].1 >= 9, "{advertised:?}");
     assert!(advertised[&(ApiKey::Fetch as i16)].1 >= 11, "{advertised:?}");
     assert!(advertised[&(ApiKey::Metadata as i16)].1 >= 9, "{advertised:?}");
+    // Answered on every listener, as Kafka does (a listener without SASL
+    // answers SaslHandshake with ILLEGAL_SASL_STATE).
+    assert_eq!(advertised[&(ApiKey::SaslHandshake as i16)], (1, 1));
+    assert_eq!(advertised[&(ApiKey::SaslAuthenticate as i16)], (0, 2));
     // Not handled, so not advertised.
-    for api in [
-        ApiKey::SaslHandshake,
-        ApiKey::SaslAuthenticate,
-        ApiKey::EndTxn,
-        ApiKey::AddPartitionsToTxn,
-    ] {
+    for api in [ApiKey::EndTxn, ApiKey::AddPartitionsToTxn] {
         assert!(!advertised.contains_key(&(api as i16)), "{api:?} is advertised");
     }
 
@@ -223,11 +222,12 @@ fn protocol_sasl_handshake_is_refused_and_the_connection_stays_usable() {
     let strait = Strait::start(&[]);
     let mut c = raw::Conn::open(strait.port(), "proto-sasl");
     assert_eq!(c.api_versions(3).error_code, 0);
+    // As a Kafka listener without SASL answers: ILLEGAL_SASL_STATE.
     let sasl = c.sasl_handshake();
-    assert_eq!(sasl.error_code, 33, "UNSUPPORTED_SASL_MECHANISM: {sasl:?}");
+    assert_eq!(sasl.error_code, 34, "ILLEGAL_SASL_STATE: {sasl:?}");
     raw::check_metadata(&c.metadata(), strait.port());
     let again = c.sasl_handshake();
-    assert_eq!(again.error_code, 33);
+    assert_eq!(again.error_code, 34);
     assert_eq!(c.api_versions(3).error_code, 0);
 }
 

@@ -9,7 +9,7 @@
 //!
 //! - [`units`]: [`ByteSize`] (`64KiB`, `1GiB`, `10MB`) and [`HumanDuration`]
 //!   (`500ms`, `1h30m`, `7d`), the human-friendly quantities used in values.
-//! - [`server`]: the `server:` section (the Kafka listener and its limits)
+//! - [`server`]: the `server:` section (the Kafka listeners and their limits)
 //!   and the `broker:` section (auto-creation, consumer group timeouts).
 //! - [`spool`]: the `spool:` section: storage defaults for local topics,
 //!   per-topic overrides, and [`SpoolConfig::for_topic`], which resolves
@@ -17,9 +17,12 @@
 //! - [`cluster`]: the `clusters:` section: upstream Kafka clusters by name
 //!   ([`ClusterConfig`]: bootstrap brokers, client id, timeouts, TLS and
 //!   SASL).
-//! - [`security`]: TLS and SASL settings ([`ClientTls`], [`ClientSasl`])
-//!   and the [`Secret`]s they name (environment variables or files, never
-//!   the secret itself).
+//! - [`security`]: TLS and SASL settings, as a client of upstream clusters
+//!   ([`ClientTls`], [`ClientSasl`]) and as a server of Strait's own
+//!   clients ([`ServerTls`], [`ServerSasl`]), and the [`Secret`]s they name
+//!   (environment variables or files, never the secret itself).
+//! - [`users`]: the users file ([`UsersFile`]): who may log in with SASL,
+//!   with salted and hashed SCRAM credentials.
 //! - [`admin`]: the `admin:` section: the HTTP listener for `/metrics` and
 //!   `/healthz` ([`AdminConfig`]).
 //! - [`mirror`]: the `mirrors:` section: what to copy between clusters
@@ -73,6 +76,7 @@ pub mod security;
 pub mod server;
 pub mod spool;
 pub mod units;
+pub mod users;
 
 pub use admin::AdminConfig;
 pub use cluster::ClusterConfig;
@@ -80,10 +84,13 @@ pub use error::{ConfigError, Invalid};
 pub use mirror::{MirrorConfig, OnLostRecords, StartPosition};
 pub use pattern::TopicFilter;
 pub use route::{Destination, GroupRouteConfig, GroupRoutes, RouteConfig, Routed, Routes};
-pub use security::{ClientSasl, ClientTls, SaslMechanism, Secret};
-pub use server::{BrokerConfig, ServerConfig};
+pub use security::{
+    CertPrincipal, ClientAuth, ClientSasl, ClientTls, SaslMechanism, Secret, ServerSasl, ServerTls,
+};
+pub use server::{BrokerConfig, ListenerConfig, ServerConfig, MAIN_LISTENER};
 pub use spool::{Durability, SpoolConfig, TopicOverrides, TopicSpoolConfig};
 pub use units::{ByteSize, HumanDuration, UnitError};
+pub use users::{ScramCredential, User, UsersFile};
 
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Invalid;
+use crate::units::HumanDuration;
 
 /// Where a secret (a password, a token) is read from: `{ env: NAME }` or
 /// `{ file: /path }`. A file's content is used without a trailing line
@@ -289,5 +290,131 @@ impl ClientSasl {
                 password.validate(&format!("{prefix}.password"))
             }
         }
+    }
+}
+
+/// A listener's `tls:`: Strait terminates TLS for its clients (Kafka's
+/// `SSL` and `SASL_SSL` listeners). The certificate and key are read again
+/// when either file changes, without dropping connections.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTls {
+    /// PEM file of Strait's certificate chain, its own certificate first.
+    pub cert_file: PathBuf,
+    /// PEM file of that certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// PEM file of the authorities whose client certificates are accepted
+    /// (mTLS, Kafka's `ssl.client.auth`). Without it no client certificate
+    /// is asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca_file: Option<PathBuf>,
+    /// With `client_ca_file`: `required` (the default: a client without a
+    /// trusted certificate is refused in the handshake) or `requested` (a
+    /// client without one connects, and is `User:ANONYMOUS` unless it logs
+    /// in with SASL).
+    #[serde(default)]
+    pub client_auth: ClientAuth,
+    /// Which name of a client certificate becomes the principal
+    /// (`User:<name>`): `cn`, the subject's common name (the default), or
+    /// `san`, its first DNS or email subject alternative name.
+    #[serde(default)]
+    pub principal: CertPrincipal,
+}
+
+/// Whether a listener with `client_ca_file` demands a client certificate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// A client must present a certificate signed by `client_ca_file`.
+    #[default]
+    Required,
+    /// A client may present one; without it, it connects anonymously.
+    Requested,
+}
+
+/// Where a client certificate's principal comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CertPrincipal {
+    /// The subject's common name (`CN=alice,O=Example` gives `User:alice`).
+    #[default]
+    Cn,
+    /// The first DNS name or email address among the subject alternative
+    /// names.
+    San,
+}
+
+impl ServerTls {
+    pub(crate) fn validate(&self, prefix: &str) -> Result<(), Invalid> {
+        for (key, file) in [
+            ("cert_file", Some(&self.cert_file)),
+            ("key_file", Some(&self.key_file)),
+            ("client_ca_file", self.client_ca_file.as_ref()),
+        ] {
+            if file.is_some_and(|f| f.as_os_str().is_empty()) {
+                return Err(Invalid::new(format!("{prefix}.{key}"), "must not be empty"));
+            }
+        }
+        if self.client_ca_file.is_none() && self.client_auth == ClientAuth::Requested {
+            return Err(Invalid::new(
+                format!("{prefix}.client_auth"),
+                "needs client_ca_file: the authorities whose client certificates are trusted",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A listener's `sasl:`: clients log in with one of these mechanisms
+/// before any other request (Kafka's `SASL_PLAINTEXT` and `SASL_SSL`
+/// listeners), as users of `server.users_file`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSasl {
+    /// Mechanisms offered: `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`.
+    /// Default: the two SCRAM ones. PLAIN sends the password itself: offer
+    /// it on a TLS listener only.
+    pub mechanisms: Vec<SaslMechanism>,
+    /// How long a login lasts (KIP-368, Kafka's
+    /// `connections.max.reauth.ms`): clients that know re-authentication
+    /// log in again within it, and a connection whose login has expired is
+    /// closed at its next request. Default `null`: a login lasts as long as
+    /// the connection.
+    pub session_lifetime: Option<HumanDuration>,
+}
+
+impl Default for ServerSasl {
+    fn default() -> Self {
+        ServerSasl {
+            mechanisms: vec![SaslMechanism::ScramSha256, SaslMechanism::ScramSha512],
+            session_lifetime: None,
+        }
+    }
+}
+
+impl ServerSasl {
+    pub(crate) fn validate(&self, prefix: &str) -> Result<(), Invalid> {
+        if self.mechanisms.is_empty() {
+            return Err(Invalid::new(
+                format!("{prefix}.mechanisms"),
+                "name at least one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+            ));
+        }
+        if self.mechanisms.contains(&SaslMechanism::OAuthBearer) {
+            return Err(Invalid::new(
+                format!("{prefix}.mechanisms"),
+                "Strait does not accept OAUTHBEARER logins yet: offer PLAIN or SCRAM",
+            ));
+        }
+        if self
+            .session_lifetime
+            .is_some_and(|l| l.duration() < std::time::Duration::from_secs(1))
+        {
+            return Err(Invalid::new(
+                format!("{prefix}.session_lifetime"),
+                "must be at least 1s",
+            ));
+        }
+        Ok(())
     }
 }

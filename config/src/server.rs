@@ -6,7 +6,10 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+use std::path::PathBuf;
+
 use crate::error::Invalid;
+use crate::security::{ServerSasl, ServerTls};
 use crate::units::{ByteSize, HumanDuration};
 
 /// Default listen address: `127.0.0.1:9092`, Kafka's port on loopback.
@@ -45,26 +48,56 @@ pub struct ServerConfig {
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish
     /// before connections are closed. Default `10s`.
     pub shutdown_grace: HumanDuration,
+    /// TLS on the `listen` address. Default: none (plaintext).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTls>,
+    /// SASL login on the `listen` address. Default: none (every client is
+    /// `User:ANONYMOUS`, or its certificate's name with mTLS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<ServerSasl>,
+    /// More listeners beside `listen`, each with its own address, advertised
+    /// address, TLS and SASL (Kafka's `listeners`): for example plaintext on
+    /// loopback for local tools and TLS with SCRAM for everyone else.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<ListenerConfig>,
+    /// The file of users who log in with SASL: their SCRAM credentials,
+    /// salted and hashed as Kafka stores them (`strait users` writes it).
+    /// Read again when it changes. Required when a listener has `sasl:`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub users_file: Option<PathBuf>,
+    /// How long a failed login waits before its answer and the closing of
+    /// its connection (Kafka's `connection.failed.authentication.delay.ms`),
+    /// which slows password guessing. Default `100ms`, Kafka's default;
+    /// at most `request_timeout`.
+    pub failed_authentication_delay: HumanDuration,
 }
 
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            listen: DEFAULT_LISTEN.to_owned(),
-            advertised: None,
-            max_connections: 10_000,
-            max_frame_bytes: ByteSize::mib(100),
-            idle_timeout: HumanDuration::minutes(10),
-            request_timeout: HumanDuration::secs(30),
-            shutdown_grace: HumanDuration::secs(10),
-        }
-    }
+/// One of `server.listeners`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    /// The listener's name, in logs and metrics (`secure`). `main` is the
+    /// name of `server.listen`.
+    pub name: String,
+    /// Address and port to accept clients on (`0.0.0.0:9093`).
+    pub listen: String,
+    /// `host:port` clients of this listener are told to connect to.
+    /// Default: the listen address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advertised: Option<String>,
+    /// TLS, as `server.tls`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTls>,
+    /// SASL, as `server.sasl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<ServerSasl>,
 }
 
-impl ServerConfig {
+impl ListenerConfig {
     /// The listen address, parsed (valid after [`ServerConfig::validate`]).
     pub fn listen_addr(&self) -> Result<SocketAddr, String> {
-        parse_listen(&self.listen, 9092)
+        let example = if self.name == MAIN_LISTENER { 9092 } else { 9093 };
+        parse_listen(&self.listen, example)
     }
 
     /// The advertised `(host, port)`: `advertised` if set, else the listen
@@ -78,13 +111,126 @@ impl ServerConfig {
             }
         }
     }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: DEFAULT_LISTEN.to_owned(),
+            advertised: None,
+            max_connections: 10_000,
+            max_frame_bytes: ByteSize::mib(100),
+            idle_timeout: HumanDuration::minutes(10),
+            request_timeout: HumanDuration::secs(30),
+            shutdown_grace: HumanDuration::secs(10),
+            tls: None,
+            sasl: None,
+            listeners: Vec::new(),
+            users_file: None,
+            failed_authentication_delay: HumanDuration::millis(100),
+        }
+    }
+}
+
+/// The name of the listener on `server.listen`.
+pub const MAIN_LISTENER: &str = "main";
+
+impl ServerConfig {
+    /// The listen address, parsed (valid after [`ServerConfig::validate`]).
+    pub fn listen_addr(&self) -> Result<SocketAddr, String> {
+        parse_listen(&self.listen, 9092)
+    }
+
+    /// The advertised `(host, port)`: `advertised` if set, else the listen
+    /// address.
+    pub fn advertised_host_port(&self) -> Result<(String, u16), String> {
+        self.main_listener().advertised_host_port()
+    }
+
+    /// `server.listen` with its advertised address, TLS and SASL, as a
+    /// listener named [`MAIN_LISTENER`].
+    pub fn main_listener(&self) -> ListenerConfig {
+        ListenerConfig {
+            name: MAIN_LISTENER.to_owned(),
+            listen: self.listen.clone(),
+            advertised: self.advertised.clone(),
+            tls: self.tls.clone(),
+            sasl: self.sasl.clone(),
+        }
+    }
+
+    /// Every listener: the main one first, then `listeners` in order.
+    pub fn all_listeners(&self) -> Vec<ListenerConfig> {
+        let mut all = vec![self.main_listener()];
+        all.extend(self.listeners.iter().cloned());
+        all
+    }
 
     pub(crate) fn validate(&self, prefix: &str) -> Result<(), Invalid> {
-        self.listen_addr()
-            .map_err(|m| Invalid::new(format!("{prefix}.listen"), m))?;
-        if let Some(advertised) = &self.advertised {
-            parse_host_port(advertised, ADVERTISED_ADVICE)
-                .map_err(|m| Invalid::new(format!("{prefix}.advertised"), m))?;
+        let mut names = std::collections::BTreeSet::new();
+        let mut addresses = std::collections::BTreeMap::new();
+        for (i, listener) in self.all_listeners().iter().enumerate() {
+            let at = if i == 0 {
+                prefix.to_owned()
+            } else {
+                format!("{prefix}.listeners[{}]", i - 1)
+            };
+            let name_ok = !listener.name.is_empty()
+                && listener
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+            if !name_ok {
+                return Err(Invalid::new(
+                    format!("{at}.name"),
+                    format!(
+                        "`{}` is not a name: use letters, digits, `_` and `-`",
+                        listener.name
+                    ),
+                ));
+            }
+            if !names.insert(listener.name.clone()) {
+                return Err(Invalid::new(
+                    format!("{at}.name"),
+                    format!(
+                        "`{}` names two listeners (`main` is server.listen's)",
+                        listener.name
+                    ),
+                ));
+            }
+            let addr = listener
+                .listen_addr()
+                .map_err(|m| Invalid::new(format!("{at}.listen"), m))?;
+            if addr.port() != 0 {
+                if let Some(other) = addresses.insert(addr, listener.name.clone()) {
+                    return Err(Invalid::new(
+                        format!("{at}.listen"),
+                        format!("{addr} is also listener `{other}`'s address"),
+                    ));
+                }
+            }
+            if let Some(advertised) = &listener.advertised {
+                parse_host_port(advertised, ADVERTISED_ADVICE)
+                    .map_err(|m| Invalid::new(format!("{at}.advertised"), m))?;
+            }
+            if let Some(tls) = &listener.tls {
+                tls.validate(&format!("{at}.tls"))?;
+            }
+            if let Some(sasl) = &listener.sasl {
+                sasl.validate(&format!("{at}.sasl"))?;
+                if self.users_file.is_none() {
+                    return Err(Invalid::new(
+                        format!("{prefix}.users_file"),
+                        format!(
+                            "required by {at}.sasl: the file of users who may log in \
+                             (create it with `strait users add`)"
+                        ),
+                    ));
+                }
+            }
+        }
+        if self.users_file.as_ref().is_some_and(|f| f.as_os_str().is_empty()) {
+            return Err(Invalid::new(format!("{prefix}.users_file"), "must not be empty"));
         }
         if self.max_connections == 0 {
             return Err(Invalid::new(
@@ -106,6 +252,12 @@ impl ServerConfig {
             return Err(Invalid::new(
                 format!("{prefix}.request_timeout"),
                 "must be positive",
+            ));
+        }
+        if self.failed_authentication_delay > self.request_timeout {
+            return Err(Invalid::new(
+                format!("{prefix}.failed_authentication_delay"),
+                "must not exceed request_timeout",
             ));
         }
         Ok(())

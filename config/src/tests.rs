@@ -302,6 +302,7 @@ server:
   idle_timeout: 10m
   request_timeout: 30s
   shutdown_grace: 10s
+  failed_authentication_delay: 100ms
 broker:
   auto_create_topics: true
   default_partitions: 1
@@ -631,5 +632,87 @@ fn bad_tls_and_sasl() {
         ),
     ] {
         check_error(&cluster(rest), path, reason);
+    }
+}
+
+#[test]
+fn listeners_with_tls_and_sasl() {
+    let config = parse(
+        "server:\n  users_file: /etc/strait/users.yaml\n  listeners:\n    - name: secure\n      listen: 0.0.0.0:9093\n      \
+         advertised: kafka.example.com:9093\n      tls: { cert_file: /c.pem, key_file: /k.pem, client_ca_file: /ca.pem, \
+         client_auth: requested, principal: san }\n      sasl: { mechanisms: [SCRAM-SHA-512], session_lifetime: 1h }\n",
+    )
+    ;
+    let all = config.server.all_listeners();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].name, MAIN_LISTENER);
+    assert_eq!(all[0].listen, "127.0.0.1:9092");
+    assert_eq!(
+        all[1].advertised_host_port().unwrap(),
+        ("kafka.example.com".into(), 9093)
+    );
+    let tls = all[1].tls.as_ref().unwrap();
+    assert_eq!(tls.client_auth, crate::ClientAuth::Requested);
+    assert_eq!(tls.principal, crate::CertPrincipal::San);
+    let sasl = all[1].sasl.as_ref().unwrap();
+    assert_eq!(sasl.mechanisms, vec![SaslMechanism::ScramSha512]);
+    // Printed back, it reads the same.
+    let again = parse(&config.to_yaml());
+    assert_eq!(again.server, config.server);
+}
+
+#[test]
+fn bad_listeners() {
+    let listener = |rest: &str| {
+        format!("server:\n  users_file: /u.yaml\n  listeners:\n    - {{ name: secure, listen: \"127.0.0.1:9093\"{rest} }}\n")
+    };
+    for (yaml, path, reason) in [
+        (
+            "server:\n  sasl: {}\n".to_owned(),
+            "server.users_file",
+            "required by server.sasl",
+        ),
+        (
+            listener(", sasl: { mechanisms: [OAUTHBEARER] }"),
+            "server.listeners[0].sasl.mechanisms",
+            "does not accept OAUTHBEARER",
+        ),
+        (
+            listener(", sasl: { mechanisms: [] }"),
+            "server.listeners[0].sasl.mechanisms",
+            "at least one",
+        ),
+        (
+            listener(", tls: { cert_file: /c, key_file: /k, client_auth: requested }"),
+            "server.listeners[0].tls.client_auth",
+            "needs client_ca_file",
+        ),
+        (
+            listener(", tls: { cert_file: /c }"),
+            "server.listeners[0].tls",
+            "missing field `key_file`",
+        ),
+        (
+            "server:\n  listeners:\n    - { name: main, listen: \"127.0.0.1:9093\" }\n".to_owned(),
+            "server.listeners[0].name",
+            "names two listeners",
+        ),
+        (
+            "server:\n  listeners:\n    - { name: b, listen: \"127.0.0.1:9092\" }\n".to_owned(),
+            "server.listeners[0].listen",
+            "also listener `main`'s address",
+        ),
+        (
+            "server:\n  listeners:\n    - { name: \"a b\", listen: \"127.0.0.1:9093\" }\n".to_owned(),
+            "server.listeners[0].name",
+            "is not a name",
+        ),
+        (
+            "server:\n  request_timeout: 1s\n  failed_authentication_delay: 2s\n".to_owned(),
+            "server.failed_authentication_delay",
+            "must not exceed request_timeout",
+        ),
+    ] {
+        check_error(&yaml, path, reason);
     }
 }

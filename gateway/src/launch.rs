@@ -17,6 +17,8 @@ use tokio::net::{TcpListener, TcpSocket};
 /// Connections the kernel queues before Strait accepts them.
 const LISTEN_BACKLOG: u32 = 1024;
 
+use crate::auth::users::Users;
+use crate::auth::Listener;
 use crate::broker::{Broker, Identity};
 use crate::error::TopicError;
 use crate::group::{GroupConfig, GroupCoordinator, GroupError};
@@ -71,9 +73,11 @@ pub enum StartError {
     /// file that is missing or does not parse).
     #[error("{0}")]
     Cluster(strait_upstream::UpstreamError),
-    /// The listen address is taken or not ours.
-    #[error("server.listen: cannot listen on {addr}: {error}; {}", bind_advice(.error))]
+    /// A listen address is taken or not ours.
+    #[error("{key}: cannot listen on {addr}: {error}; {}", bind_advice(.error))]
     Bind {
+        /// `server.listen` or `server.listeners`.
+        key: &'static str,
         /// The address.
         addr: SocketAddr,
         /// The OS error.
@@ -87,7 +91,7 @@ impl StartError {
         match self {
             StartError::Config { key, .. } => key,
             StartError::DataDir { .. } | StartError::Topics { .. } | StartError::Groups { .. } => "data_dir",
-            StartError::Bind { .. } => "server.listen",
+            StartError::Bind { key, .. } => key,
             StartError::Cluster(_) => "clusters",
         }
     }
@@ -169,7 +173,7 @@ fn prepare_data_dir(dir: &Path) -> Result<(), StartError> {
 pub struct Strait {
     router: Arc<Router>,
     pool: Arc<IoPool>,
-    listener: TcpListener,
+    listeners: Vec<(TcpListener, Arc<Listener>)>,
     options: ServerOptions,
 }
 
@@ -198,6 +202,55 @@ pub fn upstream_clusters(config: &Config) -> Result<BTreeMap<String, Cluster>, S
         .collect()
 }
 
+/// The listeners of `config` as the server runs them, the `i`th advertised
+/// as `advertised[i]`: reads their certificate files and the users file.
+pub fn listeners_of(config: &Config, advertised: &[(String, u16)]) -> Result<Vec<Listener>, StartError> {
+    let users = match &config.server.users_file {
+        Some(path) => Some(Arc::new(Users::open(path).map_err(|message| {
+            StartError::Config {
+                key: "server.users_file",
+                message,
+            }
+        })?)),
+        None => None,
+    };
+    let delay = config.server.failed_authentication_delay.duration();
+    config
+        .server
+        .all_listeners()
+        .iter()
+        .zip(advertised)
+        .enumerate()
+        .map(|(i, (listener, advertised))| {
+            let (key, at) = if i == 0 {
+                ("server.tls", "server".to_owned())
+            } else {
+                ("server.listeners", format!("server.listeners[{}]", i - 1))
+            };
+            Listener::new(&at, listener, advertised.clone(), users.clone(), delay)
+                .map_err(|message| StartError::Config { key, message })
+        })
+        .collect()
+}
+
+/// What `strait check` reads as a start would, short of binding and
+/// opening the data: every cluster's and listener's certificate and key
+/// files, and the users file.
+pub fn check_files(config: &Config) -> Result<(), StartError> {
+    upstream_clusters(config)?;
+    let advertised = config
+        .server
+        .all_listeners()
+        .iter()
+        .map(|l| l.advertised_host_port())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|message| StartError::Config {
+            key: "server.listeners",
+            message,
+        })?;
+    listeners_of(config, &advertised).map(drop)
+}
+
 impl Strait {
     /// Opens the data directory (running crash recovery on every partition)
     /// and binds the listener.
@@ -211,39 +264,48 @@ impl Strait {
                 data_dir.display()
             ),
         })?;
-        let addr = config
-            .server
-            .listen_addr()
-            .map_err(|message| StartError::Config {
-                key: "server.listen",
-                message,
-            })?;
         // Bound now, so that a taken port is reported before the data is
         // opened; listening only once the broker can answer, so that no
         // client connects to a port that does not answer yet (before that,
         // connections are refused and clients retry).
-        let bind_error = |error| StartError::Bind { addr, error };
-        let socket = if addr.is_ipv4() {
-            TcpSocket::new_v4()
-        } else {
-            TcpSocket::new_v6()
-        }
-        .map_err(bind_error)?;
-        socket.set_reuseaddr(true).map_err(bind_error)?;
-        socket.bind(addr).map_err(bind_error)?;
-        let bound = socket.local_addr().map_err(bind_error)?;
-        let (host, mut port) =
-            config
-                .server
+        let mut sockets = Vec::new();
+        for (i, listener) in config.server.all_listeners().iter().enumerate() {
+            let key = if i == 0 {
+                "server.listen"
+            } else {
+                "server.listeners"
+            };
+            let addr = listener
+                .listen_addr()
+                .map_err(|message| StartError::Config { key, message })?;
+            let bind_error = |error| StartError::Bind { key, addr, error };
+            let socket = if addr.is_ipv4() {
+                TcpSocket::new_v4()
+            } else {
+                TcpSocket::new_v6()
+            }
+            .map_err(bind_error)?;
+            socket.set_reuseaddr(true).map_err(bind_error)?;
+            socket.bind(addr).map_err(bind_error)?;
+            let bound = socket.local_addr().map_err(bind_error)?;
+            let (host, mut port) = listener
                 .advertised_host_port()
                 .map_err(|message| StartError::Config {
-                    key: "server.advertised",
+                    key: if i == 0 {
+                        "server.advertised"
+                    } else {
+                        "server.listeners"
+                    },
                     message,
                 })?;
-        if config.server.advertised.is_none() {
-            // Listening on port 0 picks a free port: advertise that one.
-            port = bound.port();
+            if listener.advertised.is_none() {
+                // Listening on port 0 picks a free port: advertise that one.
+                port = bound.port();
+            }
+            sockets.push((key, addr, socket, bound, (host, port)));
         }
+        let (host, port) = sockets[0].4.clone();
+        let bound = sockets[0].3;
         let pool = Arc::new(IoPool::new(PoolOptions {
             retention_interval: config.spool.retention_check_interval.duration(),
             ..PoolOptions::default()
@@ -305,8 +367,21 @@ impl Strait {
         };
         // Logged before listening: a client that got in has the line in the
         // log before it (a test relies on that).
+        let advertised: Vec<_> = sockets.iter().map(|s| s.4.clone()).collect();
+        let mut listeners = Vec::new();
+        for ((key, addr, socket, bound, _), listener) in
+            sockets.into_iter().zip(listeners_of(config, &advertised)?)
+        {
+            if listener.name != strait_config::MAIN_LISTENER {
+                tracing::info!(listener = %listener.name, listen = %bound, tls = listener.tls.is_some(), "listening");
+            }
+            let socket =
+                socket
+                    .listen(LISTEN_BACKLOG)
+                    .map_err(|error| StartError::Bind { key, addr, error })?;
+            listeners.push((socket, Arc::new(listener)));
+        }
         tracing::info!(listen = %bound, data_dir = %data_dir.display(), topics = broker.topics().all().len(), "Strait is ready");
-        let listener = socket.listen(LISTEN_BACKLOG).map_err(bind_error)?;
         let router = Router::new(
             Arc::new(broker),
             config.routes(),
@@ -316,7 +391,7 @@ impl Strait {
         Ok(Strait {
             router: Arc::new(router),
             pool,
-            listener,
+            listeners,
             options,
         })
     }
@@ -332,9 +407,9 @@ impl Strait {
         crate::broker::BrokerCollector::new(self.router.broker(), topic_labels)
     }
 
-    /// The address the listener is bound to.
+    /// The address the main listener is bound to.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+        self.listeners[0].0.local_addr()
     }
 
     /// Serves until `shutdown` resolves, then finishes requests in flight,
@@ -343,11 +418,11 @@ impl Strait {
         let Strait {
             router,
             pool,
-            listener,
+            listeners,
             options,
         } = self;
         let watch = tokio::spawn(watch_upstreams(router.upstreams().clone()));
-        let served = serve(listener, Arc::clone(&router), options, shutdown).await;
+        let served = serve(listeners, Arc::clone(&router), options, shutdown).await;
         watch.abort();
         served?;
         // Every connection task has ended, so the router is free: close

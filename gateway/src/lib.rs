@@ -8,6 +8,8 @@
 //! the idempotent [`producers`] state; [`codec`] encodes the response and the
 //! server writes it back, in request order.
 //!
+//! - [`auth`]: per listener, TLS termination, SASL logins against the
+//!   users file, and the gate each request passes before the router.
 //! - [`router`]: in front of the broker when `routes:` lead to upstream
 //!   clusters: splits each request by destination and merges the answers.
 //! - [`launch`]: assembles all of it from a configuration and shuts it down.
@@ -18,6 +20,7 @@
 //!   request from aborting the process.
 
 pub mod alloc;
+pub mod auth;
 pub mod broker;
 pub mod codec;
 pub mod error;

@@ -35,6 +35,12 @@ pub enum CloseCause {
     SlowClient,
     /// Strait shut down.
     Shutdown,
+    /// A failed login, a request before logging in, or a login that
+    /// expired (KIP-368).
+    Authentication,
+    /// The TLS handshake failed or did not finish within
+    /// `request_timeout`.
+    Tls,
 }
 
 impl CloseCause {
@@ -48,6 +54,8 @@ impl CloseCause {
             CloseCause::Io => "io",
             CloseCause::SlowClient => "slow_client",
             CloseCause::Shutdown => "shutdown",
+            CloseCause::Authentication => "authentication",
+            CloseCause::Tls => "tls",
         }
     }
 }
@@ -61,6 +69,8 @@ struct Families {
     duration: HistogramVec,
     local_duration: HistogramVec,
     client_bytes: IntCounterVec,
+    principal_requests: IntCounterVec,
+    logins: IntCounterVec,
     received: IntCounter,
     sent: IntCounter,
     build: IntGaugeVec,
@@ -94,7 +104,7 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
             .expect("valid metric"),
         closed: counter(
             "strait_connections_closed_total",
-            "Client connections closed, by cause: client, idle, timeout, protocol, io, slow_client, shutdown.",
+            "Client connections closed, by cause: client, idle, timeout, protocol, io, slow_client, shutdown, authentication, tls.",
             &["cause"],
         ),
         requests: counter(
@@ -115,6 +125,17 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
             "strait_local_request_duration_seconds",
             "The local broker's part of a request (local topics, Strait's group coordinator).",
         ),
+        principal_requests: counter(
+            "strait_principal_requests_total",
+            "Requests read, by listener and the principal that sent them (User:ANONYMOUS without a login); \
+             principals beyond the first 1000 are counted as `other`.",
+            &["listener", "principal"],
+        ),
+        logins: counter(
+            "strait_logins_total",
+            "SASL logins and re-authentications, by listener, mechanism and outcome (ok, failed).",
+            &["listener", "mechanism", "outcome"],
+        ),
         received: client_bytes.with_label_values(&["received"]),
         sent: client_bytes.with_label_values(&["sent"]),
         client_bytes,
@@ -134,6 +155,8 @@ pub fn register(registry: &Registry) -> prometheus::Result<()> {
     registry.register(Box::new(f.duration.clone()))?;
     registry.register(Box::new(f.local_duration.clone()))?;
     registry.register(Box::new(f.client_bytes.clone()))?;
+    registry.register(Box::new(f.principal_requests.clone()))?;
+    registry.register(Box::new(f.logins.clone()))?;
     registry.register(Box::new(f.build.clone()))?;
     strait_spool::metrics::register(registry)?;
     strait_upstream::metrics::register(registry)
@@ -148,6 +171,41 @@ pub(crate) fn connection_opened() {
 pub(crate) fn connection_closed(cause: CloseCause) {
     FAMILIES.active.dec();
     FAMILIES.closed.with_label_values(&[cause.as_str()]).inc();
+}
+
+/// Most distinct principals with a label of their own in
+/// `strait_principal_requests_total` (users come from a file and client
+/// certificates from an authority: both bounded, but not by Strait).
+const MAX_PRINCIPAL_LABELS: usize = 1000;
+
+/// The label of `principal`: itself while fewer than
+/// [`MAX_PRINCIPAL_LABELS`] have been seen, `other` after.
+pub(crate) fn principal_label(principal: &str) -> String {
+    static SEEN: LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        LazyLock::new(Default::default);
+    let mut seen = SEEN.lock().expect("principal labels");
+    if seen.contains(principal) || seen.len() < MAX_PRINCIPAL_LABELS && seen.insert(principal.to_owned()) {
+        principal.to_owned()
+    } else {
+        "other".to_owned()
+    }
+}
+
+/// A request read on `listener` from `principal` (a label from
+/// [`principal_label`]).
+pub(crate) fn principal_request(listener: &str, principal: &str) {
+    FAMILIES
+        .principal_requests
+        .with_label_values(&[listener, principal])
+        .inc();
+}
+
+/// A SASL login ended.
+pub(crate) fn login(listener: &str, mechanism: &str, ok: bool) {
+    FAMILIES
+        .logins
+        .with_label_values(&[listener, mechanism, if ok { "ok" } else { "failed" }])
+        .inc();
 }
 
 /// A request frame of `bytes` read from a client.

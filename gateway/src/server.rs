@@ -1,6 +1,7 @@
-//! The client-facing server: accepts connections (at most
-//! `max_connections` at once), reads frames, answers each request in order,
-//! and shuts down gracefully.
+//! The client-facing server: accepts connections on every listener (at
+//! most `max_connections` at once across them), terminates TLS, lets each
+//! request through the listener's login gate ([`crate::auth`]), reads
+//! frames, answers each request in order, and shuts down gracefully.
 //!
 //! A connection's requests are read while earlier ones are in flight and
 //! answered in request order; the router decides what runs concurrently
@@ -20,13 +21,13 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use kafka_protocol::messages::{ApiKey, ResponseKind};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tracing::Instrument;
 
-use crate::broker::Reply;
+use crate::auth::{Admission, Listener, Login};
+use crate::broker::{Reply, NODE_ID};
 use crate::codec::{decode_request, encode_response, peek_client_id, peek_header};
 use crate::error::{DecodeError, FrameError};
 use crate::frame::read_frame;
@@ -51,11 +52,11 @@ pub struct ServerOptions {
     pub shutdown_grace: Duration,
 }
 
-/// Serves `listener` until `shutdown` resolves, then stops accepting, lets
+/// Serves `listeners` until `shutdown` resolves, then stops accepting, lets
 /// every connection finish the request it is handling (up to
 /// `shutdown_grace`) and returns.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Vec<(TcpListener, Arc<Listener>)>,
     router: Arc<Router>,
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
@@ -82,10 +83,10 @@ pub async fn serve(
             _ = &mut shutdown => break,
             permit = Arc::clone(&limit).acquire_owned() => permit.expect("the semaphore is never closed"),
         };
-        let (stream, peer) = tokio::select! {
+        let (which, (stream, peer)) = tokio::select! {
             _ = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
+            (which, accepted) = accept_any(&listeners) => match accepted {
+                Ok(a) => (which, a),
                 Err(e) => {
                     // Out of file descriptors and the like: back off a bit.
                     tracing::warn!(error = %e, "accept failed");
@@ -101,11 +102,18 @@ pub async fn serve(
         metrics::connection_opened();
         // Every line logged for this connection names the client: its
         // address now, its client id once a request carries one.
-        let span = tracing::info_span!("connection", %peer, client_id = tracing::field::Empty);
+        let listener = Arc::clone(&listeners[which].1);
+        let span = tracing::info_span!(
+            "connection",
+            %peer,
+            listener = %listener.name,
+            client_id = tracing::field::Empty,
+            principal = tracing::field::Empty,
+        );
         connections.spawn(
             async move {
                 let _permit = permit;
-                let (cause, why) = connection(stream, peer, &router, &options, &read_ahead, stop).await;
+                let (cause, why) = open(stream, peer, listener, &router, &options, &read_ahead, stop).await;
                 metrics::connection_closed(cause);
                 match why {
                     None => tracing::debug!(cause = cause.as_str(), "connection closed"),
@@ -115,7 +123,7 @@ pub async fn serve(
             .instrument(span),
         );
     }
-    drop(listener);
+    drop(listeners);
     tracing::info!("shutting down: no new connections, finishing requests in flight");
     let _ = stop_tx.send(true);
     router.broker().begin_shutdown().await;
@@ -132,6 +140,99 @@ pub async fn serve(
         while connections.join_next().await.is_some() {}
     }
     Ok(())
+}
+
+/// The next connection on any of `listeners`, and which one took it.
+async fn accept_any(
+    listeners: &[(TcpListener, Arc<Listener>)],
+) -> (usize, std::io::Result<(TcpStream, SocketAddr)>) {
+    std::future::poll_fn(|cx| {
+        for (i, (listener, _)) in listeners.iter().enumerate() {
+            if let std::task::Poll::Ready(accepted) = listener.poll_accept(cx) {
+                return std::task::Poll::Ready((i, accepted));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// Sets up an accepted connection on `listener` (TLS handshake, the
+/// principal of its client certificate) and serves it.
+async fn open(
+    stream: TcpStream,
+    peer: SocketAddr,
+    listener: Arc<Listener>,
+    router: &Router,
+    options: &ServerOptions,
+    read_ahead: &AtomicUsize,
+    stop: watch::Receiver<bool>,
+) -> (CloseCause, Option<String>) {
+    let _ = stream.set_nodelay(true);
+    let Some(tls) = &listener.tls else {
+        let login = Login::new(Arc::clone(&listener), None);
+        let (reader, writer) = stream.into_split();
+        return connection(reader, writer, peer, login, router, options, read_ahead, stop).await;
+    };
+    // A client that stalls in the handshake holds its connection no longer
+    // than one that stalls in a request.
+    let tls_stream = match tokio::time::timeout(options.request_timeout, tls.accept(stream)).await {
+        Ok(Ok(tls_stream)) => tls_stream,
+        Ok(Err(e)) => return (CloseCause::Tls, Some(format!("TLS handshake failed: {e}"))),
+        Err(_) => {
+            return (
+                CloseCause::Tls,
+                Some(format!(
+                    "the TLS handshake did not finish within request_timeout {:?}",
+                    options.request_timeout
+                )),
+            )
+        }
+    };
+    let certificate = tls.principal(&tls_stream);
+    if let Some(name) = &certificate {
+        tracing::Span::current().record("principal", format!("User:{name}").as_str());
+    }
+    let login = Login::new(Arc::clone(&listener), certificate);
+    let (reader, writer) = tokio::io::split(tls_stream);
+    connection(reader, writer, peer, login, router, options, read_ahead, stop).await
+}
+
+/// Sets the address of Strait's node in a Metadata, FindCoordinator or
+/// DescribeCluster answer to `advertised`: the listener the client
+/// connected to, when that is not the main one the broker answers with.
+fn advertise(body: &mut ResponseKind, advertised: &(String, u16)) {
+    let host = || kafka_protocol::protocol::StrBytes::from_string(advertised.0.clone());
+    let port = i32::from(advertised.1);
+    match body {
+        ResponseKind::Metadata(metadata) => {
+            for broker in metadata.brokers.iter_mut().filter(|b| b.node_id.0 == NODE_ID) {
+                broker.host = host();
+                broker.port = port;
+            }
+        }
+        ResponseKind::DescribeCluster(cluster) => {
+            for broker in cluster.brokers.iter_mut().filter(|b| b.broker_id.0 == NODE_ID) {
+                broker.host = host();
+                broker.port = port;
+            }
+        }
+        ResponseKind::FindCoordinator(found) => {
+            // v0-v3 answer in the top-level fields; v4 has only
+            // `coordinators`, and its top-level fields must stay empty.
+            if found.node_id.0 == NODE_ID && found.error_code == 0 && !found.host.is_empty() {
+                found.host = host();
+                found.port = port;
+            }
+            for coordinator in found.coordinators.iter_mut() {
+                if coordinator.node_id.0 == NODE_ID && coordinator.error_code == 0 {
+                    coordinator.host = host();
+                    coordinator.port = port;
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Most requests of one connection read and not yet answered. In front of
@@ -240,17 +341,21 @@ async fn drive<T>(
 /// ([`Router::start`]); their answers are written in that order. While a
 /// response is being written nothing is read, so a client that does not
 /// read its responses stops being read.
-async fn connection(
-    stream: TcpStream,
+#[allow(clippy::too_many_arguments)]
+async fn connection<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send>(
+    reader: R,
+    mut writer: W,
     peer: SocketAddr,
+    mut login: Login,
     router: &Router,
     options: &ServerOptions,
     read_ahead: &AtomicUsize,
     mut stop: watch::Receiver<bool>,
 ) -> (CloseCause, Option<String>) {
     let closed = |cause: CloseCause, why: String| (cause, Some(why));
-    let _ = stream.set_nodelay(true);
-    let (reader, mut writer) = stream.into_split();
+    let listener = Arc::clone(login.listener());
+    // The main listener's address is the one the broker answers with.
+    let readvertise = listener.name != strait_config::MAIN_LISTENER;
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let mut client = String::new();
     let mut session = Session::new(peer);
@@ -268,11 +373,17 @@ async fn connection(
     let mut draining = false;
     // Whether shutdown is what ended the reading.
     let mut stopping = false;
+    // Why the connection closes once what was read is answered (a failed
+    // login), if it does.
+    let mut closing: Option<String> = None;
     loop {
         if let Some((answered, reply)) = ready.pop_front() {
             in_flight_bytes.sub(answered.size);
             match reply {
-                Reply::Respond(body) => {
+                Reply::Respond(mut body) => {
+                    if readvertise {
+                        advertise(&mut body, &listener.advertised);
+                    }
                     tracing::trace!(%peer, ?body, "response");
                     let sent = drive(
                         send(&mut writer, answered, *body, options),
@@ -295,6 +406,9 @@ async fn connection(
             continue;
         }
         if draining && in_flight.is_empty() {
+            if let Some(why) = closing.take() {
+                return closed(CloseCause::Authentication, format!("{why} (client {client:?})"));
+            }
             let cause = if stopping {
                 CloseCause::Shutdown
             } else {
@@ -437,6 +551,31 @@ async fn connection(
                     size,
                 };
                 tracing::trace!(%peer, ?request, "request");
+                match drive(login.admit(&request), &mut in_flight, &mut ready).await {
+                    Admission::Pass => {}
+                    Admission::Refuse(why) => {
+                        if in_flight.is_empty() {
+                            return closed(CloseCause::Authentication, format!("{why} (client {client:?})"));
+                        }
+                        closing = Some(why);
+                        draining = true;
+                        continue;
+                    }
+                    Admission::Answer { body, delay, close } => {
+                        in_flight.push_back(Box::pin(async move {
+                            if !delay.is_zero() {
+                                tokio::time::sleep(delay).await;
+                            }
+                            metrics::answered(answered.api, received.elapsed(), Some(&*body));
+                            (answered, Reply::Respond(body))
+                        }));
+                        if close.is_some() {
+                            closing = close;
+                            draining = true;
+                        }
+                        continue;
+                    }
+                }
                 let pending = drive(router.start(&mut session, request), &mut in_flight, &mut ready).await;
                 in_flight.push_back(Box::pin(async move {
                     let reply = pending.await;
@@ -469,8 +608,8 @@ async fn timeout_or_forever<F: Future>(
 /// (and a Fetch response's records are views of the spool's mapped
 /// segments, not copies: see [`crate::codec::ResponseFrame`]). A client that takes no
 /// bytes for `idle_timeout` is disconnected.
-async fn send(
-    writer: &mut OwnedWriteHalf,
+async fn send<W: AsyncWrite + Unpin>(
+    writer: &mut W,
     answered: Answered,
     body: ResponseKind,
     options: &ServerOptions,

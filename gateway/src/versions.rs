@@ -36,6 +36,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::DescribeCluster, 0, 1),
+    // Answered by the server's login gate (crate::auth): v1 wraps SASL
+    // messages in SaslAuthenticate (v0 sent them bare, which Strait does
+    // not read).
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// The advertised version range of `api`, if Strait handles it.
@@ -95,7 +100,7 @@ mod tests {
             );
         }
         assert_eq!(supported(ApiKey::Produce), Some((3, 11)));
-        assert_eq!(supported(ApiKey::SaslHandshake), None);
+        assert_eq!(supported(ApiKey::SaslHandshake), Some((1, 1)));
         let response = api_versions_response();
         assert_eq!(response.api_keys.len(), SUPPORTED.len());
     }

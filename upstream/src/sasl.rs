@@ -210,9 +210,14 @@ pub mod scram {
 
     /// A fresh nonce: 24 random bytes, base64 (printable, no comma).
     pub fn nonce() -> String {
-        let mut bytes = [0u8; 24];
+        BASE64.encode(random_bytes(24))
+    }
+
+    /// `n` bytes from the system's secure random source (nonces, salts).
+    pub fn random_bytes(n: usize) -> Vec<u8> {
+        let mut bytes = vec![0u8; n];
         rand::SecureRandom::fill(&rand::SystemRandom::new(), &mut bytes).expect("the system's random source");
-        BASE64.encode(bytes)
+        bytes
     }
 
     /// A `saslname` (RFC 5802 5.1): `=` and `,` escaped.

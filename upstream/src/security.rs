@@ -9,6 +9,7 @@
 //! re-authentication.
 
 use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -286,15 +287,57 @@ async fn read_secret(secret: &Secret) -> std::result::Result<String, String> {
     Ok(value.to_owned())
 }
 
+/// The crypto rustls uses, client and server side: ring rather than
+/// aws-lc-rs (no C toolchain run at build time beyond ring's own, and the
+/// same crypto the SCRAM code uses). rustls marks ring's provider
+/// deprecated for its lack of post-quantum key exchange, which Kafka's JVM
+/// brokers do not offer either.
+pub fn crypto_provider() -> Arc<rustls::crypto::CryptoProvider> {
+    #[allow(deprecated)]
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The certificates of a PEM file; `key` (the setting that names it) starts
+/// the message of an error.
+pub fn read_certificates(
+    path: &Path,
+    key: &str,
+) -> std::result::Result<Vec<CertificateDer<'static>>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{key} {}: {e}", path.display()))?;
+    parse_certificates(&bytes, &format!("{key} {}", path.display()))
+}
+
+/// The certificates of PEM text; an error begins with `what`.
+pub fn parse_certificates(
+    pem: &[u8],
+    what: &str,
+) -> std::result::Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| format!("{what}: {e}"))?;
+    if certs.is_empty() {
+        return Err(format!("{what} holds no certificate"));
+    }
+    Ok(certs)
+}
+
+/// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
+pub fn read_private_key(path: &Path, key: &str) -> std::result::Result<PrivateKeyDer<'static>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{key} {}: {e}", path.display()))?;
+    parse_private_key(&bytes, &format!("{key} {}", path.display()))
+}
+
+/// The private key of PEM text; an error begins with `what`.
+pub fn parse_private_key(pem: &[u8], what: &str) -> std::result::Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| format!("{what}: {e}"))
+}
+
 /// rustls' client settings for `tls`.
 fn client_config(tls: &ClientTls) -> std::result::Result<ClientConfig, String> {
     let mut roots = RootCertStore::empty();
     match &tls.ca_file {
         Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .and_then(|certs| certs.collect::<std::result::Result<Vec<_>, _>>())
-                .map_err(|e| format!("tls.ca_file {}: {e}", path.display()))?;
-            for cert in certs {
+            for cert in read_certificates(path, "tls.ca_file")? {
                 roots
                     .add(cert)
                     .map_err(|e| format!("tls.ca_file {}: {e}", path.display()))?;
@@ -311,12 +354,7 @@ fn client_config(tls: &ClientTls) -> std::result::Result<ClientConfig, String> {
             }
         }
     }
-    // ring rather than aws-lc-rs: no C toolchain run at build time beyond
-    // ring's own, and the same crypto the SCRAM code uses. (rustls marks
-    // ring's provider deprecated for its lack of post-quantum key
-    // exchange, which Kafka's JVM brokers do not offer either.)
-    #[allow(deprecated)]
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crypto_provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("tls: {e}"))?;
@@ -333,11 +371,8 @@ fn client_config(tls: &ClientTls) -> std::result::Result<ClientConfig, String> {
     };
     match (&tls.cert_file, &tls.key_file) {
         (Some(cert), Some(key)) => {
-            let chain = CertificateDer::pem_file_iter(cert)
-                .and_then(|certs| certs.collect::<std::result::Result<Vec<_>, _>>())
-                .map_err(|e| format!("tls.cert_file {}: {e}", cert.display()))?;
-            let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| format!("tls.key_file {}: {e}", key.display()))?;
+            let chain = read_certificates(cert, "tls.cert_file")?;
+            let key = read_private_key(key, "tls.key_file")?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| format!("tls.key_file: does not go with tls.cert_file: {e}"))

@@ -38,6 +38,10 @@
 //	session.timeout.ms / heartbeat.interval.ms / rebalance.timeout.ms /
 //	fetch.max.wait.ms       (consume)
 //	fetch.sessions=BOOL     false: kgo.DisableFetchSessions (KIP-227; default true)
+//	tls.ca=FILE             connect with TLS, trusting the PEM authorities of FILE
+//	tls.cert=FILE, tls.key=FILE   a client certificate for mTLS (with tls.ca)
+//	sasl.mechanism=PLAIN|SCRAM-SHA-256|SCRAM-SHA-512, sasl.username=U,
+//	sasl.password=P         log in with SASL (franz-go's sasl/plain, sasl/scram)
 //
 // Build (module mode; go.mod and go.sum beside this file pin the modules;
 // the module cache, build cache and sumdb notes kept out of $HOME, in the
@@ -135,6 +139,8 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -156,6 +162,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 var t0 = time.Now()
@@ -262,7 +270,8 @@ func parseArgs(command string, argv []string) *args {
 
 var extraKeys = []string{"log", "client.id", "max.version", "metadata.min.age.ms", "allow.auto.create.topics",
 	"partitioner", "max.inflight", "balance", "group.protocol", "session.timeout.ms", "heartbeat.interval.ms",
-	"rebalance.timeout.ms", "fetch.max.wait.ms", "fetch.sessions"}
+	"rebalance.timeout.ms", "fetch.max.wait.ms", "fetch.sessions", "tls.ca", "tls.cert", "tls.key",
+	"sasl.mechanism", "sasl.username", "sasl.password"}
 
 func (a *args) addExtra(kv string) {
 	eq := strings.Index(kv, "=")
@@ -706,6 +715,43 @@ func commonOpts(a *args, clientID string) []kgo.Opt {
 	}
 	if a.extraBool("allow.auto.create.topics", false) {
 		opts = append(opts, kgo.AllowAutoTopicCreation())
+	}
+	return append(opts, securityOpts(a)...)
+}
+
+// securityOpts: TLS (tls.ca, tls.cert, tls.key) and SASL (sasl.*) options.
+func securityOpts(a *args) []kgo.Opt {
+	var opts []kgo.Opt
+	if ca, ok := a.extra["tls.ca"]; ok {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			usage("-X tls.ca=%s: %v", ca, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			usage("-X tls.ca=%s: no PEM certificate", ca)
+		}
+		config := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		if cert, ok := a.extra["tls.cert"]; ok {
+			pair, err := tls.LoadX509KeyPair(cert, a.extra["tls.key"])
+			if err != nil {
+				usage("-X tls.cert/tls.key: %v", err)
+			}
+			config.Certificates = []tls.Certificate{pair}
+		}
+		opts = append(opts, kgo.DialTLSConfig(config))
+	}
+	user, pass := a.extra["sasl.username"], a.extra["sasl.password"]
+	switch m := a.extra["sasl.mechanism"]; m {
+	case "":
+	case "PLAIN":
+		opts = append(opts, kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
+	case "SCRAM-SHA-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()))
+	case "SCRAM-SHA-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
+	default:
+		usage("-X sasl.mechanism=%s: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", m)
 	}
 	return opts
 }
