@@ -1,7 +1,9 @@
 //! The admin HTTP listener (`admin.listen`): the status page (`/`),
 //! `/metrics` in Prometheus's text format, `/healthz`, `/readyz`, and the
 //! JSON of `/api/v1/mirrors` and `/api/v1/gateway`. The paths and the JSON
-//! are documented in `dashboards/README.md`.
+//! are documented in `dashboards/README.md`. With `admin.tls` it speaks
+//! HTTPS; with `admin.token` every path but `/healthz`, `/readyz` and the
+//! (static) status page wants `Authorization: Bearer <token>`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -15,6 +17,8 @@ use axum::routing::get;
 use axum::Router;
 use prometheus::{Encoder, Registry, TextEncoder};
 use serde_json::{json, Value};
+use strait_config::Secret;
+use strait_gateway::auth::tls::Tls;
 use strait_mirror::state::{now_ms, Status};
 use strait_mirror::status::{Tracker, SAMPLE_INTERVAL, WINDOW};
 use strait_upstream::Cluster;
@@ -104,17 +108,29 @@ pub async fn start_configured(
     admin: &Arc<Admin>,
     shutdown: &watch::Receiver<bool>,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
-    match config.admin.listen_addr().map_err(anyhow::Error::msg)? {
-        Some(addr) => Ok(Some(start(addr, admin.clone(), shutdown.clone()).await?)),
-        None => Ok(None),
-    }
+    let Some(addr) = config.admin.listen_addr().map_err(anyhow::Error::msg)? else {
+        return Ok(None);
+    };
+    let tls = match &config.admin.tls {
+        Some(settings) => Some(Tls::new("admin.tls", settings).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    let token = config.admin.token.clone().map(Arc::new);
+    Ok(Some(
+        start(addr, admin.clone(), tls, token, shutdown.clone()).await?,
+    ))
 }
+
+/// How long a TLS handshake on the admin listener may take.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Binds `addr` (so a taken port fails the start, naming the key) and
 /// serves until `shutdown` turns true.
 pub async fn start(
     addr: SocketAddr,
     admin: Arc<Admin>,
+    tls: Option<Tls>,
+    token: Option<Arc<Secret>>,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(addr)
@@ -127,16 +143,133 @@ pub async fn start(
         .route("/readyz", get(readyz))
         .route("/api/v1/mirrors", get(mirrors))
         .route("/api/v1/gateway", get(gateway))
-        .with_state(admin);
-    tracing::info!(listen = %addr, "admin listener ready (/, /metrics, /healthz, /readyz, /api/v1/mirrors, /api/v1/gateway)");
+        .with_state(admin)
+        .layer(axum::middleware::from_fn_with_state(token.clone(), authorize));
+    tracing::info!(
+        listen = %addr,
+        tls = tls.is_some(),
+        token = token.is_some(),
+        "admin listener ready (/, /metrics, /healthz, /readyz, /api/v1/mirrors, /api/v1/gateway)"
+    );
     Ok(tokio::spawn(async move {
         let stopped = async move {
             let _ = shutdown.wait_for(|s| *s).await;
         };
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stopped).await {
+        let served = match tls {
+            None => axum::serve(listener, app).with_graceful_shutdown(stopped).await,
+            Some(tls) => {
+                let listener = TlsListener::new(listener, tls);
+                axum::serve(listener, app).with_graceful_shutdown(stopped).await
+            }
+        };
+        if let Err(e) = served {
             tracing::error!(error = %e, "admin listener failed");
         }
     }))
+}
+
+/// Paths anyone may read: the probes, and the status page (static; its
+/// data comes from the API, which wants the token).
+fn open_path(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/")
+}
+
+/// With `admin.token`, lets through only requests that carry it.
+async fn authorize(
+    State(token): State<Option<Arc<Secret>>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(token) = token else {
+        return next.run(request).await;
+    };
+    if open_path(request.uri().path()) {
+        return next.run(request).await;
+    }
+    let expected = match strait_upstream::security::read_secret(&token).await {
+        Ok(expected) => expected,
+        Err(e) => {
+            tracing::warn!("admin.token: {e}");
+            return (StatusCode::INTERNAL_SERVER_ERROR, format!("admin.token: {e}\n")).into_response();
+        }
+    };
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if strait_upstream::sasl::scram::same(given.as_bytes(), expected.as_bytes()) {
+        next.run(request).await
+    } else {
+        (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "this admin listener wants `Authorization: Bearer <admin.token>`\n",
+        )
+            .into_response()
+    }
+}
+
+/// The admin listener with TLS: handshakes run beside the accept loop (a
+/// client that stalls in one holds up no other, and is cut after
+/// [`HANDSHAKE_TIMEOUT`]); finished ones are handed to the HTTP server.
+struct TlsListener {
+    handshaken:
+        tokio::sync::mpsc::Receiver<(tokio_rustls::server::TlsStream<tokio::net::TcpStream>, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    fn new(tcp: tokio::net::TcpListener, tls: Tls) -> TlsListener {
+        let local = tcp.local_addr().expect("a bound listener has an address");
+        let (tx, handshaken) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let (stream, peer) = match tcp.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "admin listener: accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                if tx.is_closed() {
+                    return;
+                }
+                let (tls, tx) = (tls.clone(), tx.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            let _ = tx.send((stream, peer)).await;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "admin listener: TLS handshake failed")
+                        }
+                        Err(_) => tracing::debug!(%peer, "admin listener: TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        TlsListener { handshaken, local }
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.handshaken.recv().await {
+            Some(accepted) => accepted,
+            // The accept task ended: nothing more will come.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
 }
 
 async fn status_page() -> Response {

@@ -90,8 +90,8 @@ pub fn add(
     password_env: Option<String>,
     password_file: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    if name.is_empty() || name.contains(['\0', ',', '=']) {
-        bail!("`{name}` cannot be a user's name: it must not be empty or hold `,`, `=` or NUL");
+    if name.is_empty() || name.contains('\0') {
+        bail!("`{name}` cannot be a user's name: it must not be empty or hold NUL");
     }
     let password = password(password_env, password_file)?;
     let mut users = read(path)?;

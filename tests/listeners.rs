@@ -704,7 +704,7 @@ fn users_are_added_changed_and_removed_while_strait_runs() {
     let bad = support::run_timeout(
         {
             let mut cmd = Command::new(support::strait_bin());
-            cmd.args(["users", "add", "x,y", "--file"]).arg(file);
+            cmd.args(["users", "add", "", "--file"]).arg(file);
             cmd
         },
         Some(b"pw\n"),
@@ -797,4 +797,102 @@ fn a_changed_certificate_is_used_by_new_connections_without_dropping_old_ones() 
     let log = strait.log();
     assert!(log.contains("keeping the one before"), "{log}");
     assert!(log.contains("TLS certificate read again"), "{log}");
+}
+
+/// `GET path` over HTTPS (trusting `ca`), with `token` as a bearer token:
+/// the status and the body.
+fn https_get(port: u16, ca: &Path, path: &str, token: Option<&str>) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in strait_upstream::security::read_certificates(ca, "ca").unwrap() {
+            roots.add(cert).unwrap();
+        }
+        let config =
+            rustls::ClientConfig::builder_with_provider(strait_upstream::security::crypto_provider())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .expect("a TLS handshake with the admin listener");
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        tls.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut response = Vec::new();
+        let _ = tls.read_to_end(&mut response).await;
+        let text = String::from_utf8_lossy(&response).into_owned();
+        let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (status, body)
+    })
+}
+
+#[test]
+fn the_admin_listener_speaks_tls_and_wants_its_token() {
+    let s = secured();
+    let dir = s.dir.join("admin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "first-token\n").unwrap();
+    let admin = free_port();
+    let config = dir.join("strait.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "admin:\n  listen: 127.0.0.1:{admin}\n  tls: {{ cert_file: \"{}\", key_file: \"{}\" }}\n  \
+             token: {{ file: \"{}\" }}\n",
+            s.certs.server.cert_file.display(),
+            s.certs.server.key_file.display(),
+            token_file.display()
+        ),
+    )
+    .unwrap();
+    let _strait = Strait::start(&["--config", config.to_str().unwrap()]);
+    let ca = &s.certs.ca_file;
+    let get = |path: &str, token: Option<&str>| https_get(admin, ca, path, token);
+    // The probes and the (static) status page need no token.
+    assert_eq!(get("/healthz", None), (200, "ok\n".to_owned()));
+    assert_eq!(get("/readyz", None).0, 200);
+    assert_eq!(get("/", None).0, 200);
+    // The data does.
+    for path in ["/metrics", "/api/v1/gateway", "/api/v1/mirrors"] {
+        let (status, body) = get(path, None);
+        assert_eq!(status, 401, "{path}: {body}");
+        assert!(body.contains("Authorization: Bearer"), "{body}");
+        assert_eq!(get(path, Some("wrong")).0, 401, "{path}");
+        let (status, body) = get(path, Some("first-token"));
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    assert!(get("/metrics", Some("first-token"))
+        .1
+        .contains("strait_build_info"));
+    // A rotated token is used at once.
+    std::fs::write(&token_file, "second-token").unwrap();
+    assert_eq!(get("/metrics", Some("first-token")).0, 401);
+    assert_eq!(get("/metrics", Some("second-token")).0, 200);
+    // Plain HTTP gets no answer.
+    let mut plain = TcpStream::connect(("127.0.0.1", admin)).unwrap();
+    std::io::Write::write_all(&mut plain, b"GET /healthz HTTP/1.0\r\n\r\n").unwrap();
+    let mut answer = Vec::new();
+    plain.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("ok"),
+        "plain HTTP was answered"
+    );
 }

@@ -892,16 +892,23 @@ impl ConsumerContext for ConsumerErrors {}
 /// `assign`: `{topic}-{client_id}`, never joined), commits nothing and
 /// starts from the beginning; fetch settings librdkafka's defaults.
 pub fn consumer(bootstrap: &str, topic: &str, client_id: &str) -> Res<BaseConsumer<ConsumerErrors>> {
-    ClientConfig::new()
+    consumer_config(bootstrap, topic, client_id)
+        .create_with_context(ConsumerErrors::default())
+        .map_err(|e| format!("consumer: {e}"))
+}
+
+/// The settings of [`consumer`], for a caller that adds its own.
+pub fn consumer_config(bootstrap: &str, topic: &str, client_id: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", bootstrap)
         .set("client.id", client_id)
         .set("group.id", format!("{topic}-{client_id}"))
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
-        .set("auto.offset.reset", "earliest")
-        .create_with_context(ConsumerErrors::default())
-        .map_err(|e| format!("consumer: {e}"))
+        .set("auto.offset.reset", "earliest");
+    config
 }
 
 /// Assigns partitions 0 to `partitions - 1` of `topic` from the beginning.

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Invalid;
+use crate::security::{Secret, ServerTls};
 use crate::server::{parse_listen, ServerConfig};
 
 /// Port of the admin listener in examples and messages.
@@ -29,6 +30,19 @@ pub struct AdminConfig {
     /// it off with very many local topics: their sizes are then summed
     /// into one series.
     pub topic_labels: bool,
+    /// Serve HTTPS with this certificate and key (read again when they
+    /// change), as a Kafka listener's `tls:`; with `client_ca_file`,
+    /// callers must present a client certificate. Default: plain HTTP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTls>,
+    /// A bearer token every request but `/healthz` and `/readyz` must carry
+    /// (`Authorization: Bearer <token>`; Prometheus's
+    /// `authorization: { credentials_file: ... }`), from `{ env: NAME }` or
+    /// `{ file: /path }` (read again at every request, so it can be
+    /// rotated). The status page takes it after `#token=` in its address.
+    /// Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<Secret>,
 }
 
 impl Default for AdminConfig {
@@ -37,6 +51,8 @@ impl Default for AdminConfig {
             listen: None,
             partition_labels: true,
             topic_labels: true,
+            tls: None,
+            token: None,
         }
     }
 }
@@ -54,6 +70,12 @@ impl AdminConfig {
     /// Checks the listen address, and that it cannot take the Kafka
     /// listener's port. `prefix` is the key path of this section.
     pub(crate) fn validate(&self, prefix: &str, server: &ServerConfig) -> Result<(), Invalid> {
+        if let Some(tls) = &self.tls {
+            tls.validate(&format!("{prefix}.tls"))?;
+        }
+        if let Some(token) = &self.token {
+            token.validate(&format!("{prefix}.token"))?;
+        }
         let path = format!("{prefix}.listen");
         let Some(addr) = self.listen_addr().map_err(|m| Invalid::new(&path, m))? else {
             return Ok(());

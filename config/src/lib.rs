@@ -21,6 +21,9 @@
 //!   ([`ClientTls`], [`ClientSasl`]) and as a server of Strait's own
 //!   clients ([`ServerTls`], [`ServerSasl`]), and the [`Secret`]s they name
 //!   (environment variables or files, never the secret itself).
+//! - [`acl`]: the `acls:` section: Kafka's ACL model ([`AclConfig`]),
+//!   compiled into [`Acls`], which answers whether a principal may do an
+//!   operation on a resource.
 //! - [`users`]: the users file ([`UsersFile`]): who may log in with SASL,
 //!   with salted and hashed SCRAM credentials.
 //! - [`admin`]: the `admin:` section: the HTTP listener for `/metrics` and
@@ -64,6 +67,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub mod acl;
 pub mod admin;
 pub mod cluster;
 pub mod error;
@@ -78,6 +82,7 @@ pub mod spool;
 pub mod units;
 pub mod users;
 
+pub use acl::{AclConfig, Acls, NameMatch, Operation, ResourceType};
 pub use admin::AdminConfig;
 pub use cluster::ClusterConfig;
 pub use error::{ConfigError, Invalid};
@@ -130,6 +135,11 @@ pub struct Config {
     /// Who coordinates each consumer group, first match wins. Default (an
     /// empty list): Strait. See [`GroupRouteConfig`].
     pub groups: Vec<GroupRouteConfig>,
+    /// Who may do what (Kafka's ACLs). Default `null`: every client may do
+    /// everything; with a list, only what a rule allows and none denies.
+    /// See [`AclConfig`] and the [`acl`] module.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acls: Option<Vec<AclConfig>>,
 }
 
 fn unique_clusters<'de, D: Deserializer<'de>>(
@@ -156,6 +166,7 @@ impl Default for Config {
             mirrors: BTreeMap::new(),
             routes: Vec::new(),
             groups: Vec::new(),
+            acls: None,
         }
     }
 }
@@ -213,6 +224,15 @@ impl Config {
         }
         self.admin.validate("admin", &self.server)?;
         mirror::validate(&self.mirrors, &self.clusters, "mirrors")?;
+        if let Some(acls) = &self.acls {
+            acl::validate(acls)?;
+            // Refused until the gateway enforces them: rules that parse but
+            // do nothing would be worse than none.
+            return Err(Invalid::new(
+                "acls",
+                "the rules are valid, but this Strait does not enforce ACLs yet; remove the section",
+            ));
+        }
         route::validate(&self.routes, &self.clusters, "routes")?;
         route::validate_groups(&self.groups, &self.clusters, "groups")?;
         Ok(())
@@ -227,6 +247,15 @@ impl Config {
         let routes = self.effective_routes();
         route::validate(&routes, &self.clusters, "routes")
             .unwrap_or_else(|e| panic!("routes were not validated: {e}"))
+    }
+
+    /// The compiled `acls:`; `None` when absent (everything allowed).
+    ///
+    /// # Panics
+    ///
+    /// If the rules do not validate, which [`Config::validate`] rules out.
+    pub fn acls(&self) -> Option<Acls> {
+        self.acls.as_deref().map(acl::compile)
     }
 
     /// The compiled `groups:` ([`route::default_group_routes`] when empty).
@@ -278,6 +307,7 @@ impl Config {
                 .collect(),
             routes: self.effective_routes(),
             groups: self.effective_groups(),
+            acls: self.acls.clone(),
         }
     }
 

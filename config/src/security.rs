@@ -91,7 +91,7 @@ impl fmt::Display for Secret {
 }
 
 impl Secret {
-    fn validate(&self, path: &str) -> Result<(), Invalid> {
+    pub(crate) fn validate(&self, path: &str) -> Result<(), Invalid> {
         match self {
             Secret::Env(name) if name.is_empty() || name.contains('=') || name.contains('\0') => Err(
                 Invalid::new(path, format!("`{name}` is not an environment variable's name")),

@@ -85,9 +85,9 @@ impl UsersFile {
         }
         let file: UsersFile = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
         for (name, user) in &file.users {
-            if name.is_empty() || name.contains(['\0', ',', '=']) {
+            if name.is_empty() || name.contains('\0') {
                 return Err(format!(
-                    "users.{name}: a user's name must not be empty or hold `,`, `=` or NUL"
+                    "users.{name:?}: a user's name must not be empty or hold NUL"
                 ));
             }
             if user.scram_sha_256.is_none() && user.scram_sha_512.is_none() {

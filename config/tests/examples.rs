@@ -28,7 +28,8 @@ fn every_example_is_valid() {
             "minimal.yaml",
             "mirror.yaml",
             "retention.yaml",
-            "routes.yaml"
+            "routes.yaml",
+            "secure.yaml"
         ],
         "update this list when adding examples"
     );
@@ -101,4 +102,25 @@ fn mirror_copies_some_topics_under_a_prefix() {
     assert_eq!(mirror.group_id("nj-to-cq"), "nj-to-cq");
     assert_eq!(mirror.start, StartPosition::Earliest);
     assert_eq!(mirror.on_lost_records, OnLostRecords::Continue);
+}
+
+#[test]
+fn secure_names_its_secrets_and_listeners() {
+    let config = load("secure.yaml");
+    let names: Vec<_> = config
+        .server
+        .all_listeners()
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    assert_eq!(names, ["main", "secure", "services"]);
+    let nj = &config.clusters["nj"];
+    assert_eq!(
+        nj.sasl.as_ref().unwrap().password,
+        Some(strait_config::Secret::Env("NJ_PASSWORD".into()))
+    );
+    assert!(config.admin.token.is_some());
+    // Secrets print as where they are, never as what they are.
+    let printed = config.to_yaml();
+    assert!(printed.contains("env: NJ_PASSWORD"), "{printed}");
 }

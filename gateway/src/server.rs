@@ -157,6 +157,10 @@ async fn accept_any(
     .await
 }
 
+/// Bytes of a TLS connection's responses gathered before they are sealed
+/// and written (a TLS record holds at most 16 KiB).
+const TLS_WRITE_BUFFER: usize = 64 * 1024;
+
 /// Sets up an accepted connection on `listener` (TLS handshake, the
 /// principal of its client certificate) and serves it.
 async fn open(
@@ -195,6 +199,11 @@ async fn open(
     }
     let login = Login::new(Arc::clone(&listener), certificate);
     let (reader, writer) = tokio::io::split(tls_stream);
+    // rustls' server stream writes one buffer of a vectored write at a
+    // time: a response's chunks would each become a TLS record and a
+    // system call. Buffered, they are sealed together (encryption copies
+    // them anyway); the server flushes after each response.
+    let writer = tokio::io::BufWriter::with_capacity(TLS_WRITE_BUFFER, writer);
     connection(reader, writer, peer, login, router, options, read_ahead, stop).await
 }
 

@@ -271,7 +271,7 @@ fn tls_failure(e: std::io::Error) -> String {
 
 /// Reads a secret now: an environment variable or a file, without a
 /// trailing line end.
-async fn read_secret(secret: &Secret) -> std::result::Result<String, String> {
+pub async fn read_secret(secret: &Secret) -> std::result::Result<String, String> {
     let value = match secret {
         Secret::Env(name) => {
             std::env::var(name).map_err(|e| format!("cannot read the secret in {secret}: {e}"))?

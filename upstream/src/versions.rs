@@ -118,6 +118,7 @@ mod tests {
             version(ApiKey::Fetch, 0, 7),
             version(ApiKey::Metadata, 0, 0),
             version(ApiKey::SaslHandshake, 0, 1),
+            version(ApiKey::EndTxn, 0, 4),
         ]);
         assert_eq!(versions.get(ApiKey::Produce), Ok(11));
         assert_eq!(versions.get(ApiKey::Fetch), Ok(7));
@@ -129,8 +130,9 @@ mod tests {
             versions.get(ApiKey::ListOffsets),
             Err("the broker does not list it".to_owned())
         );
+        assert_eq!(versions.get(ApiKey::SaslHandshake), Ok(1));
         assert_eq!(
-            versions.get(ApiKey::SaslHandshake),
+            versions.get(ApiKey::EndTxn),
             Err("Strait's upstream client does not send it".to_owned())
         );
     }
