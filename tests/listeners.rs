@@ -23,7 +23,7 @@ use strait_config::{ClientSasl, ClientTls, SaslMechanism, Secret};
 use strait_upstream::sasl::scram::{Client, Hash};
 use strait_upstream::{ConnectOptions, Connection, Security};
 use support::tls::{self, Certs};
-use support::{free_port, http_get, metric, raw, run_client, try_client, unique, Strait};
+use support::{free_port, http_get, metric, raw, run_client, try_client, unique, users_cmd, Strait};
 
 const USER: &str = "alice";
 const PASSWORD: &str = "alice-secret";
@@ -41,27 +41,6 @@ struct Secured {
     mtls: u16,
     sasl: u16,
     admin: u16,
-}
-
-/// Runs `strait users ARGS --file FILE` with `stdin`; its stdout, or a
-/// panic with its stderr.
-fn users_cmd(file: &Path, args: &[&str], stdin: &str) -> String {
-    let finished = support::run_timeout(
-        {
-            let mut cmd = Command::new(support::strait_bin());
-            cmd.arg("users").args(args).arg("--file").arg(file);
-            cmd
-        },
-        Some(stdin.as_bytes()),
-        Duration::from_secs(30),
-    );
-    let out = &finished.output;
-    assert!(
-        out.status.success(),
-        "strait users {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn secured() -> &'static Secured {
@@ -219,17 +198,6 @@ fn options(s: &Secured, family: &str, via: Via) -> Vec<String> {
     x.into_iter().flat_map(|o| ["-X".to_owned(), o]).collect()
 }
 
-/// The produce and consume commands of a client family.
-fn scripts(family: &str) -> (&'static str, &'static str) {
-    match family {
-        "ck" => ("ck_produce.py", "ck_consume.py"),
-        "java" => ("java:produce", "java:consume"),
-        "kafkajs" => ("kafkajs:produce", "kafkajs:consume"),
-        "franz" => ("franz:produce", "franz:consume"),
-        _ => unreachable!(),
-    }
-}
-
 const FAMILIES: [&str; 4] = ["ck", "java", "kafkajs", "franz"];
 
 /// Produces 200 records through `port` and consumes them in a group that
@@ -239,7 +207,7 @@ fn produce_and_consume(s: &Secured, family: &str, via: Via, port: u16) {
     let group = unique("tls-group");
     let x = options(s, family, via);
     let x: Vec<&str> = x.iter().map(String::as_str).collect();
-    let (produce, consume) = scripts(family);
+    let (produce, consume) = support::family_scripts(family);
     let bootstrap = addr(port);
     let mut args = vec![
         "--bootstrap",

@@ -226,12 +226,6 @@ impl Config {
         mirror::validate(&self.mirrors, &self.clusters, "mirrors")?;
         if let Some(acls) = &self.acls {
             acl::validate(acls)?;
-            // Refused until the gateway enforces them: rules that parse but
-            // do nothing would be worse than none.
-            return Err(Invalid::new(
-                "acls",
-                "the rules are valid, but this Strait does not enforce ACLs yet; remove the section",
-            ));
         }
         route::validate(&self.routes, &self.clusters, "routes")?;
         route::validate_groups(&self.groups, &self.clusters, "groups")?;

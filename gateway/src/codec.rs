@@ -13,7 +13,7 @@ use strait_upstream::splice::{encode_frame, set_length};
 use crate::error::DecodeError;
 
 /// A decoded request.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Request {
     /// Which API.
     pub api: ApiKey,

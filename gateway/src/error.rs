@@ -130,6 +130,9 @@ pub enum Failure<'a> {
     Partition(&'a strait_upstream::UpstreamError),
     /// Obtaining a cluster's producer id for a client's idempotent batch.
     ProducerId(&'a strait_upstream::UpstreamError),
+    /// `acls:` do not let the client's principal act on a resource of this
+    /// kind ([`crate::auth::authorize`]).
+    Denied(strait_config::ResourceType),
 }
 
 /// The Kafka error code for an internal error: the only place where the
@@ -137,6 +140,15 @@ pub enum Failure<'a> {
 /// trouble is retriable for the client too.
 pub fn kafka_code(failure: Failure<'_>) -> ResponseError {
     match failure {
+        Failure::Denied(kind) => {
+            use strait_config::ResourceType as R;
+            match kind {
+                R::Topic => ResponseError::TopicAuthorizationFailed,
+                R::Group => ResponseError::GroupAuthorizationFailed,
+                R::Cluster => ResponseError::ClusterAuthorizationFailed,
+                R::TransactionalId => ResponseError::TransactionalIdAuthorizationFailed,
+            }
+        }
         Failure::Spool(e) => match e {
             SpoolError::InvalidBatch { .. } | SpoolError::EmptyAppend => ResponseError::CorruptMessage,
             SpoolError::BatchTooLarge { .. } => ResponseError::MessageTooLarge,

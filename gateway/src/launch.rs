@@ -17,6 +17,7 @@ use tokio::net::{TcpListener, TcpSocket};
 /// Connections the kernel queues before Strait accepts them.
 const LISTEN_BACKLOG: u32 = 1024;
 
+use crate::auth::authorize::Authorizer;
 use crate::auth::users::Users;
 use crate::auth::Listener;
 use crate::broker::{Broker, Identity};
@@ -364,6 +365,7 @@ impl Strait {
             idle_timeout: config.server.idle_timeout.duration(),
             request_timeout: config.server.request_timeout.duration(),
             shutdown_grace: config.server.shutdown_grace.duration(),
+            authorizer: config.acls().map(Authorizer::new),
         };
         // Logged before listening: a client that got in has the line in the
         // log before it (a test relies on that).

@@ -26,6 +26,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tracing::Instrument;
 
+use crate::auth::authorize::{Amend, Authorizer, Verdict};
 use crate::auth::{Admission, Listener, Login};
 use crate::broker::{Reply, NODE_ID};
 use crate::codec::{decode_request, encode_response, peek_client_id, peek_header};
@@ -50,6 +51,9 @@ pub struct ServerOptions {
     pub request_timeout: Duration,
     /// How long in-flight requests may run after shutdown begins.
     pub shutdown_grace: Duration,
+    /// The `acls:` every request is checked against (`None`: everything
+    /// is allowed).
+    pub authorizer: Option<Authorizer>,
 }
 
 /// Serves `listeners` until `shutdown` resolves, then stops accepting, lets
@@ -575,8 +579,7 @@ async fn connection<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send>(
                             if !delay.is_zero() {
                                 tokio::time::sleep(delay).await;
                             }
-                            metrics::answered(answered.api, received.elapsed(), Some(&*body));
-                            (answered, Reply::Respond(body))
+                            finish(answered, received, Reply::Respond(body))
                         }));
                         if close.is_some() {
                             closing = close;
@@ -585,19 +588,38 @@ async fn connection<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send>(
                         continue;
                     }
                 }
+                let (request, amend) = match &options.authorizer {
+                    None => (request, Amend::default()),
+                    Some(authorizer) => {
+                        let named = |id| router.topic_named_by_id(id);
+                        match authorizer.check(login.principal(), request, &named) {
+                            Verdict::Go(request, amend) => (*request, amend),
+                            Verdict::Answer(reply) => {
+                                in_flight.push_back(Box::pin(std::future::ready(finish(
+                                    answered, received, reply,
+                                ))));
+                                continue;
+                            }
+                        }
+                    }
+                };
                 let pending = drive(router.start(&mut session, request), &mut in_flight, &mut ready).await;
                 in_flight.push_back(Box::pin(async move {
-                    let reply = pending.await;
-                    let response = match &reply {
-                        Reply::Respond(body) => Some(&**body),
-                        _ => None,
-                    };
-                    metrics::answered(answered.api, received.elapsed(), response);
-                    (answered, reply)
+                    finish(answered, received, amend.apply(pending.await))
                 }));
             }
         }
     }
+}
+
+/// A request's reply, counted in the metrics.
+fn finish(answered: Answered, received: std::time::Instant, reply: Reply) -> (Answered, Reply) {
+    let response = match &reply {
+        Reply::Respond(body) => Some(&**body),
+        _ => None,
+    };
+    metrics::answered(answered.api, received.elapsed(), response);
+    (answered, reply)
 }
 
 /// `future` within `limit`, or without a limit when it is `Duration::MAX`.

@@ -1464,3 +1464,36 @@ pub fn committed(bootstrap: &str, group: &str, topic: &str) -> std::collections:
         .map(|(p, o)| (p.parse().expect("a partition number"), o.as_i64()))
         .collect()
 }
+
+/// Runs `strait users ARGS --file FILE` with `stdin`; its stdout, or a
+/// panic with its stderr.
+pub fn users_cmd(file: &Path, args: &[&str], stdin: &str) -> String {
+    let finished = run_timeout(
+        {
+            let mut cmd = Command::new(strait_bin());
+            cmd.arg("users").args(args).arg("--file").arg(file);
+            cmd
+        },
+        Some(stdin.as_bytes()),
+        Duration::from_secs(30),
+    );
+    let out = &finished.output;
+    assert!(
+        out.status.success(),
+        "strait users {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The produce and consume commands of a client family (ck, java,
+/// kafkajs, franz).
+pub fn family_scripts(family: &str) -> (&'static str, &'static str) {
+    match family {
+        "ck" => ("ck_produce.py", "ck_consume.py"),
+        "java" => ("java:produce", "java:consume"),
+        "kafkajs" => ("kafkajs:produce", "kafkajs:consume"),
+        "franz" => ("franz:produce", "franz:consume"),
+        _ => unreachable!(),
+    }
+}

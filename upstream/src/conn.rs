@@ -848,8 +848,10 @@ async fn handshake(broker: &str, stream: &mut Stream, client_id: &str, tls: bool
             })
         }
         // TLS 1.3 ends the handshake before the server checks the client's
-        // certificate: its verdict comes as an alert on the first read.
-        Err(UpstreamError::Connect { broker, reason }) if reason.contains("received fatal alert") => {
+        // certificate: its verdict comes as an alert on the first read, or,
+        // when the server has already closed the socket, as a broken pipe or
+        // reset on the first write.
+        Err(UpstreamError::Connect { broker, reason }) if refused_after_handshake(&reason) => {
             return Err(UpstreamError::Security {
                 broker,
                 reason: format!(
@@ -878,6 +880,19 @@ async fn handshake(broker: &str, stream: &mut Stream, client_id: &str, tls: bool
         )));
     }
     Ok(Versions::negotiate(&answer.api_keys))
+}
+
+/// Whether the first exchange on a fresh TLS session failed the way a
+/// server that refused the session after its handshake makes it fail.
+fn refused_after_handshake(reason: &str) -> bool {
+    [
+        "received fatal alert",
+        "Broken pipe",
+        "Connection reset",
+        "early eof",
+    ]
+    .iter()
+    .any(|sign| reason.contains(sign))
 }
 
 fn connect_error(broker: &str, reason: String) -> UpstreamError {

@@ -1,7 +1,8 @@
 //! Who a client is, per listener: TLS termination ([`tls`]), SASL logins
 //! checked against the users file ([`sasl`], [`users`]), and the gate
 //! every request of a connection passes before the router sees it
-//! ([`Login::admit`]).
+//! ([`Login::admit`]), then what its principal may do under `acls:`
+//! ([`authorize`]).
 //!
 //! A listener with `sasl:` answers only ApiVersions, SaslHandshake and
 //! SaslAuthenticate until the client has logged in; anything else closes
@@ -14,6 +15,7 @@
 //! The principal is `User:<name>`: the SASL user, else the client
 //! certificate's name (mTLS), else `User:ANONYMOUS`.
 
+pub mod authorize;
 pub mod sasl;
 pub mod tls;
 pub mod users;

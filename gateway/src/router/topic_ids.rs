@@ -37,7 +37,7 @@ impl Router {
     /// through [`client_topic_id`]'s mask, in the metadata last loaded,
     /// which the client's own Metadata request loaded), under the name
     /// its route gives it. `None` when no topic clients can reach has it.
-    pub(super) fn topic_named_by_id(&self, id: uuid::Uuid) -> Option<String> {
+    pub(crate) fn topic_named_by_id(&self, id: uuid::Uuid) -> Option<String> {
         if id.is_nil() {
             return None;
         }
