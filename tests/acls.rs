@@ -7,7 +7,9 @@
 //! and PLAIN) where:
 //! - `bob` may write `orders.*` and `dc1.orders*` (routed to Kafka);
 //! - `alice` may read `orders.*` and `dc1.*` in groups `billing*`, except
-//!   topics with `secret` in their name (a deny beats an allow);
+//!   topics with `secret` in their name (a deny beats an allow), and
+//!   describe the cluster;
+//! - `bob` may also use groups `audit*` (but read no topic);
 //! - `carol` is a user no rule names.
 //!
 //! Real clients (confluent-kafka, the Java client, kafkajs, franz-go) write
@@ -81,6 +83,8 @@ acls:
   - {{ principal: "User:alice", allow: [Read], topic: {{ prefix: "dc1." }} }}
   - {{ principal: "User:alice", deny: [Read], topic: {{ regex: ".*secret.*" }} }}
   - {{ principal: "User:alice", allow: [Read], group: {{ prefix: "billing" }} }}
+  - {{ principal: "User:alice", allow: [Describe], cluster: true }}
+  - {{ principal: "User:bob", allow: [Read], group: {{ prefix: "audit" }} }}
 "#,
             users = users.display(),
             kafka = kafka.bootstrap(),
@@ -273,49 +277,135 @@ fn each_principal_writes_and_reads_what_the_rules_allow() {
     assert!(described.contains(upstream), "{described}");
 }
 
-/// What the rules deny, the clients report as Kafka's denials.
+/// How `family` names the denial of a resource of `kind`: the Kafka
+/// error's name (the Java client script prints it too), or for kafkajs the
+/// description it gives that code.
+fn denial(family: &str, kind: &str) -> String {
+    match family {
+        "kafkajs" => format!("{kind} authorization failed"),
+        _ => format!("{}_AUTHORIZATION_FAILED", kind.to_uppercase()),
+    }
+}
+
+/// The ACL matrix, with every client family: read-only, write-only,
+/// prefix grants, a denied group, a deny beating an allow, and Metadata
+/// hiding topics; each refusal is the code Kafka would give that client.
 #[test]
 fn every_client_is_refused_what_the_rules_deny() {
     let g = guarded();
-    let topic = local_topic(g, "orders.refused", 1);
-    for family in FAMILIES {
-        // alice may not write. The Java and franz-go producers are
-        // idempotent by default, and a principal that may write nowhere
-        // may not be one (CLUSTER_AUTHORIZATION_FAILED on InitProducerId);
-        // the others learn it from Produce.
-        let refused = produce(g, family, "alice", &topic, 5);
-        let said = refused.describe().to_lowercase();
+    let orders = local_topic(g, "orders.matrix", 1);
+    let secret = local_topic(g, "orders.secret-matrix", 1);
+    let payments = local_topic(g, "payments-matrix", 1);
+    // (what, user, producing?, topic, group, the kind of resource denied,
+    // per family).
+    type Case<'a> = (&'a str, &'a str, bool, &'a str, &'a str, fn(&str) -> &'static str);
+    let cases: Vec<Case> = vec![
+        // Read-only: the idempotent producers (Java's and franz-go's
+        // defaults) are refused their producer id, as Kafka refuses a
+        // principal that may write nowhere; the others their Produce.
+        (
+            "read-only alice writes",
+            "alice",
+            true,
+            &orders,
+            "",
+            |family| match family {
+                "java" | "franz" => "Cluster",
+                _ => "Topic",
+            },
+        ),
+        // Write-only: bob may use his group, not read the topic.
+        (
+            "write-only bob reads",
+            "bob",
+            false,
+            &orders,
+            "audit-matrix",
+            |_| "Topic",
+        ),
+        // Prefix grants: bob writes orders.*, not payments.
+        (
+            "bob writes outside his prefix",
+            "bob",
+            true,
+            &payments,
+            "",
+            |_| "Topic",
+        ),
+        (
+            "alice reads in a group not hers",
+            "alice",
+            false,
+            &orders,
+            "other-matrix",
+            |_| "Group",
+        ),
+        (
+            "a deny beats an allow",
+            "alice",
+            false,
+            &secret,
+            "billing-matrix",
+            |_| "Topic",
+        ),
+    ];
+    let runs: Vec<(String, String, support::ClientRun)> = std::thread::scope(|scope| {
+        let mut running = Vec::new();
+        for family in FAMILIES {
+            for &(what, user, producing, topic, group, kind) in &cases {
+                running.push(scope.spawn(move || {
+                    let run = if producing {
+                        produce(g, family, user, topic, 5)
+                    } else {
+                        consume(g, family, user, topic, &unique(group), 1, 20)
+                    };
+                    (format!("{family}: {what}"), denial(family, kind(family)), run)
+                }));
+            }
+        }
+        running.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for (what, expect, run) in &runs {
+        let out = json(run);
         assert!(
-            json(&refused)["delivered"].as_u64() == Some(0)
-                && (said.contains("topic_authorization_failed")
-                    || said.contains("topicauthorization")
-                    || said.contains("not authorized to access topics")
-                    || said.contains("cluster_authorization_failed")
-                    || said.contains("clusterauthorization")),
-            "{family} alice -> {topic}: {}",
-            refused.describe()
+            out["delivered"].as_u64().unwrap_or(0) == 0 && out["records"].as_u64().unwrap_or(0) == 0,
+            "{what}: {}",
+            run.describe()
+        );
+        assert!(
+            run.describe().contains(expect.as_str()),
+            "{what}: no {expect} in {}",
+            run.describe()
         );
     }
     // Nothing was written.
     let mut c = raw::Conn::open(g.strait.port(), "acl-check");
-    let fetched = c.fetch(&raw::fetch_request(&topic, 0, 0, 1, 1 << 20, 1 << 20));
-    assert!(raw::record_values(fetched.responses[0].partitions[0].records.as_ref()).is_empty());
+    for topic in [&orders, &payments] {
+        let fetched = c.fetch(&raw::fetch_request(topic, 0, 0, 1, 1 << 20, 1 << 20));
+        assert!(raw::record_values(fetched.responses[0].partitions[0].records.as_ref()).is_empty());
+    }
 
-    // carol may read nothing: her group is refused first.
-    let consumed = consume(g, "ck", "carol", &topic, "billing-carol", 1, 8);
-    assert!(
-        consumed.describe().contains("GROUP_AUTHORIZATION_FAILED"),
-        "{}",
-        consumed.describe()
-    );
-    // alice may not read in another group.
-    let consumed = consume(g, "java", "alice", &topic, &unique("other"), 1, 8);
-    assert!(
-        consumed.describe().contains("GroupAuthorization")
-            || consumed.describe().contains("Not authorized to access group"),
-        "{}",
-        consumed.describe()
-    );
+    // Metadata hides what alice may not describe, in every client's
+    // listing of topics.
+    let bootstrap = format!("127.0.0.1:{}", g.sasl);
+    for family in FAMILIES {
+        let script = match family {
+            "ck" => "ck_admin.py".to_owned(),
+            _ => format!("{family}:admin"),
+        };
+        let x = login(family, "alice");
+        let mut args = vec!["--bootstrap", bootstrap.as_str()];
+        args.extend(x.iter().map(String::as_str));
+        args.push("describe");
+        let described = try_client(&script, &args);
+        let topics = json(&described)["topics"].clone();
+        let listed: Vec<&String> = topics.as_object().map(|t| t.keys().collect()).unwrap_or_default();
+        assert!(
+            listed.contains(&&orders) && listed.contains(&&secret) && !listed.contains(&&payments),
+            "{family}: {listed:?} {}",
+            described.describe()
+        );
+    }
 }
 
 /// A raw connection logged in as `user` with SASL PLAIN.
@@ -512,11 +602,29 @@ fn each_api_answers_a_denial_with_kafkas_code() {
             .map(|g| g.group_id.to_string())
             .collect()
     };
-    assert!(groups(&mut anonymous).contains(&"other-raw".to_owned()));
-    let listed = groups(&mut alice);
+    assert_eq!(
+        commit(&mut anonymous, "audit-raw", &[&orders]),
+        [(orders.clone(), 0)]
+    );
+    let everyone = groups(&mut anonymous);
     assert!(
-        listed.contains(&"billing-raw".to_owned()) && !listed.contains(&"other-raw".to_owned()),
-        "{listed:?}"
+        ["other-raw", "billing-raw", "audit-raw"]
+            .iter()
+            .all(|g| everyone.contains(&g.to_string())),
+        "{everyone:?}"
+    );
+    let all = groups(&mut alice);
+    assert!(
+        everyone
+            .iter()
+            .filter(|g| g.ends_with("-raw"))
+            .all(|g| all.contains(g)),
+        "Describe on the cluster lists every group: {all:?}"
+    );
+    let listed = groups(&mut bob);
+    assert!(
+        listed.contains(&"audit-raw".to_owned()) && listed.iter().all(|g| g.starts_with("audit")),
+        "bob may describe only his own groups: {listed:?}"
     );
     let deleted = alice.call(
         &DeleteGroupsRequest::default().with_groups_names(vec![group_id("billing-raw")]),
@@ -535,8 +643,11 @@ fn each_api_answers_a_denial_with_kafkas_code() {
         "Write on a topic lets a producer be idempotent"
     );
     assert_eq!(init(&mut alice), CLUSTER_DENIED);
-    let cluster = alice.call(&DescribeClusterRequest::default(), 0);
+    assert_eq!(alice.call(&DescribeClusterRequest::default(), 0).error_code, 0);
+    let mut carol = as_user(g, "carol");
+    let cluster = carol.call(&DescribeClusterRequest::default(), 0);
     assert_eq!(cluster.error_code, CLUSTER_DENIED);
+    assert!(carol.metadata().topics.is_empty(), "carol may describe no topic");
     let created = bob.call(
         &CreateTopicsRequest::default()
             .with_timeout_ms(5000)
