@@ -341,6 +341,7 @@ fn upstream_login(
         username: Some(user.to_owned()),
         password: Some(Secret::File(file)),
         token: None,
+        oauth: None,
     };
     let tls = tls.then(|| ClientTls {
         ca_file: Some(s.certs.ca_file.clone()),

@@ -10,7 +10,11 @@
 //! - SASL_SSL: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER;
 //! - MTLS (SSL, client certificate required);
 //! - SASL_PLAINTEXT: SCRAM-SHA-512 only, sessions of 2 s;
-//! - EXPIRED (SSL): a certificate that expired in 2020.
+//! - EXPIRED (SSL): a certificate that expired in 2020;
+//! - OAUTH (SASL_PLAINTEXT): OAUTHBEARER tokens signed by a real OAuth 2.0
+//!   server (NAV's mock-oauth2-server, a peer), checked by Kafka's
+//!   `OAuthBearerValidatorCallbackHandler` against the server's JWKS; Strait
+//!   gets them with the client-credentials grant.
 
 mod support;
 
@@ -19,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use kafka_protocol::messages::MetadataRequest;
-use strait_config::{ClientSasl, ClientTls, SaslMechanism, Secret};
+use strait_config::{ClientSasl, ClientTls, OAuthClient, SaslMechanism, Secret};
 use strait_upstream::{ConnectOptions, Connection, Security, UpstreamError};
 use support::kafka::Kafka;
 use support::tls::{self, Certs};
@@ -32,8 +36,62 @@ const SCRAM_PASSWORD: &str = "scram-secret";
 /// The reauthenticating listener's session lifetime.
 const SESSION: Duration = Duration::from_secs(2);
 
+/// The OAuth 2.0 server of the run (issuer `default`; any other issuer
+/// name is a second issuer, with keys of its own).
+struct Idp {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Idp {
+    fn start() -> Idp {
+        let peers = support::peers();
+        let port = free_port();
+        let log = std::fs::File::create(std::env::temp_dir().join(format!("strait-idp-{port}.log"))).unwrap();
+        let child = std::process::Command::new("java")
+            .args(["-Xmx128m", "-cp"])
+            .arg(format!("{}/*", peers.oauth_lib.display()))
+            .arg("no.nav.security.mock.oauth2.StandaloneMockOAuth2ServerKt")
+            .env("SERVER_PORT", port.to_string())
+            .env_remove("LD_LIBRARY_PATH")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting the OAuth server");
+        let idp = Idp { child, port };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let up = || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && http(port, "/default/.well-known/openid-configuration").0 == 200
+        };
+        while !up() {
+            assert!(
+                Instant::now() < deadline,
+                "the OAuth server did not start on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        idp
+    }
+
+    /// `issuer`'s token endpoint.
+    fn token_endpoint(&self, issuer: &str) -> String {
+        format!("http://127.0.0.1:{}/{issuer}/token", self.port)
+    }
+}
+
+impl Drop for Idp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
 struct Secure {
     kafka: Kafka,
+    idp: Idp,
+    /// The OAUTH listener.
+    oauth: u16,
     certs: Certs,
     dir: std::path::PathBuf,
     sasl_ssl: u16,
@@ -77,8 +135,17 @@ fn secure() -> &'static Secure {
             .unwrap()
             .keep();
         let certs = tls::generate(&dir);
-        let (plain, sasl_ssl, mtls, sasl_plaintext, expired) =
-            (free_port(), free_port(), free_port(), free_port(), free_port());
+        let (plain, sasl_ssl, mtls, sasl_plaintext, expired, oauth) = (
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+        );
+        let idp = Idp::start();
+        let issuer = format!("http://127.0.0.1:{}/default", idp.port);
+        let jwks = format!("{issuer}/jwks");
         let jaas = |module: &str, options: &str| {
             format!("org.apache.kafka.common.security.{module} required{options};")
         };
@@ -87,13 +154,14 @@ fn secure() -> &'static Secure {
             move |controller: u16| {
                 let listeners = format!(
                     "PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{sasl_ssl},MTLS://127.0.0.1:{mtls},\
-                 SASL_PLAINTEXT://127.0.0.1:{sasl_plaintext},EXPIRED://127.0.0.1:{expired}"
+                 SASL_PLAINTEXT://127.0.0.1:{sasl_plaintext},EXPIRED://127.0.0.1:{expired},\
+                 OAUTH://127.0.0.1:{oauth}"
                 );
                 vec![
                 format!("listeners={listeners},CONTROLLER://127.0.0.1:{controller}"),
                 format!("advertised.listeners={listeners}"),
                 "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,\
-                 MTLS:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,EXPIRED:SSL"
+                 MTLS:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,EXPIRED:SSL,OAUTH:SASL_PLAINTEXT"
                     .into(),
                 "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER".into(),
                 format!(
@@ -132,6 +200,18 @@ fn secure() -> &'static Secure {
                     tls::property(&c.expired.cert)
                 ),
                 format!("listener.name.expired.ssl.keystore.key={}", tls::property(&c.expired.key)),
+                "listener.name.oauth.sasl.enabled.mechanisms=OAUTHBEARER".into(),
+                format!(
+                    "listener.name.oauth.oauthbearer.sasl.jaas.config={}",
+                    jaas("oauthbearer.OAuthBearerLoginModule", "")
+                ),
+                "listener.name.oauth.oauthbearer.sasl.server.callback.handler.class=\
+                 org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+                    .into(),
+                format!("sasl.oauthbearer.jwks.endpoint.url={jwks}"),
+                format!("sasl.oauthbearer.expected.issuer={issuer}"),
+                // Kafka 4 fetches only from the URLs this allows.
+                format!("-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={jwks}"),
             ]
             };
         let kafka = Kafka::start_single(plain, &lines);
@@ -158,6 +238,8 @@ fn secure() -> &'static Secure {
         }
         Secure {
             kafka,
+            idp,
+            oauth,
             certs,
             dir,
             sasl_ssl,
@@ -272,6 +354,18 @@ fn the_router_authenticates_with_every_mechanism() {
     );
     routes += "  - { prefix: \"reauth.\", to: reauth, strip_prefix: true }\n";
     topics.push(("reauth.".to_owned(), unique("sec-reauth")));
+    // Tokens from the OAuth server (client credentials), which Kafka
+    // checks against the server's keys.
+    let secret = s.file("oauth-client-secret", "client-secret\n");
+    clusters += &format!(
+        "  oauth: {{ bootstrap: [\"127.0.0.1:{}\"], sasl: {{ mechanism: OAUTHBEARER, oauth: {{ token_endpoint: \"{}\", \
+         client_id: strait-nj, client_secret: {{ file: \"{}\" }}, scope: kafka }} }} }}\n",
+        s.oauth,
+        s.idp.token_endpoint("default"),
+        secret.display()
+    );
+    routes += "  - { prefix: \"oauth.\", to: oauth, strip_prefix: true }\n";
+    topics.push(("oauth.".to_owned(), unique("sec-oauth")));
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("strait.yaml");
     std::fs::write(
@@ -369,6 +463,7 @@ fn scram(m: SaslMechanism, password: &str) -> ClientSasl {
             secure().file(&format!("pw-{}", password.len()), password),
         )),
         token: None,
+        oauth: None,
     }
 }
 
@@ -381,7 +476,48 @@ async fn connect(port: u16, options: &ConnectOptions) -> Result<Connection, Upst
 async fn every_failure_says_what_went_wrong() {
     let s = secure();
     let sha512 = SaslMechanism::ScramSha512;
+    let oauth = |endpoint: String| {
+        Some(ClientSasl {
+            mechanism: SaslMechanism::OAuthBearer,
+            username: None,
+            password: None,
+            token: None,
+            oauth: Some(OAuthClient {
+                token_endpoint: endpoint,
+                client_id: "strait-nj".into(),
+                client_secret: Secret::File(s.file("oauth-secret", "client-secret")),
+                scope: None,
+                ca_file: None,
+            }),
+        })
+    };
+    // The right issuer's token gets in.
+    let c = connect(s.oauth, &options(None, oauth(s.idp.token_endpoint("default"))))
+        .await
+        .expect("a token of the issuer Kafka trusts");
+    assert!(!c
+        .request(&MetadataRequest::default())
+        .await
+        .unwrap()
+        .brokers
+        .is_empty());
+    let nowhere = free_port();
     let cases: Vec<(&str, u16, ConnectOptions, &str)> = vec![
+        (
+            "a token endpoint that does not answer",
+            s.oauth,
+            options(None, oauth(format!("http://127.0.0.1:{nowhere}/default/token"))),
+            "cannot connect to the token endpoint http://127.0.0.1:",
+        ),
+        (
+            "a token endpoint that is not there",
+            s.oauth,
+            options(
+                None,
+                oauth(format!("http://127.0.0.1:{}/default/nothing", s.idp.port)),
+            ),
+            "the token endpoint http://127.0.0.1:",
+        ),
         (
             "a wrong password",
             s.sasl_ssl,
@@ -458,6 +594,7 @@ async fn every_failure_says_what_went_wrong() {
                     username: None,
                     password: None,
                     token: Some(Secret::File(s.file("bad-token", "not-a-jwt"))),
+                    oauth: None,
                 }),
             ),
             "OAUTHBEARER authentication failed",

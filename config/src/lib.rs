@@ -90,7 +90,8 @@ pub use mirror::{MirrorConfig, OnLostRecords, StartPosition};
 pub use pattern::TopicFilter;
 pub use route::{Destination, GroupRouteConfig, GroupRoutes, RouteConfig, Routed, Routes};
 pub use security::{
-    CertPrincipal, ClientAuth, ClientSasl, ClientTls, SaslMechanism, Secret, ServerSasl, ServerTls,
+    CertPrincipal, ClientAuth, ClientSasl, ClientTls, OAuthClient, SaslMechanism, Secret, ServerSasl,
+    ServerTls,
 };
 pub use server::{BrokerConfig, ListenerConfig, ServerConfig, MAIN_LISTENER};
 pub use spool::{Durability, SpoolConfig, TopicOverrides, TopicSpoolConfig};

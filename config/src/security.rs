@@ -230,6 +230,62 @@ pub struct ClientSasl {
     /// every connection, so a token rotated in place is used from then on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<Secret>,
+    /// Tokens from an OAuth 2.0 token endpoint instead (OAUTHBEARER): the
+    /// client-credentials grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OAuthClient>,
+}
+
+/// The OAuth 2.0 client-credentials grant (RFC 6749 section 4.4) that
+/// gets OAUTHBEARER tokens, as Kafka's `sasl.oauthbearer.token.endpoint.url`
+/// with `clientId` and `clientSecret` does. A token is asked for when the
+/// first connection needs one and again once 80% of its lifetime has
+/// passed (Kafka's `sasl.login.refresh.window.factor`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthClient {
+    /// The token endpoint, `https://...` (or `http://` on a trusted
+    /// network).
+    pub token_endpoint: String,
+    /// The client id (sent with the secret as HTTP Basic authentication).
+    pub client_id: String,
+    /// The client secret.
+    pub client_secret: Secret,
+    /// The scope to ask for, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// CA certificates (PEM) that sign an `https` endpoint's certificate;
+    /// default: the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+}
+
+impl OAuthClient {
+    fn validate(&self, prefix: &str) -> Result<(), Invalid> {
+        let endpoint = &self.token_endpoint;
+        let rest = endpoint
+            .strip_prefix("https://")
+            .or_else(|| endpoint.strip_prefix("http://"))
+            .ok_or_else(|| {
+                Invalid::new(
+                    format!("{prefix}.token_endpoint"),
+                    format!("`{endpoint}` is not an http:// or https:// address"),
+                )
+            })?;
+        if rest.is_empty() || rest.starts_with('/') {
+            return Err(Invalid::new(
+                format!("{prefix}.token_endpoint"),
+                format!("`{endpoint}` names no host"),
+            ));
+        }
+        if self.client_id.is_empty() || self.client_id.contains(':') {
+            return Err(Invalid::new(
+                format!("{prefix}.client_id"),
+                "must not be empty or hold `:`",
+            ));
+        }
+        self.client_secret.validate(&format!("{prefix}.client_secret"))
+    }
 }
 
 impl ClientSasl {
@@ -244,24 +300,32 @@ impl ClientSasl {
                     if set {
                         return Err(Invalid::new(
                             format!("{prefix}.{key}"),
-                            "OAUTHBEARER authenticates with a token: use `token` instead",
+                            "OAUTHBEARER authenticates with a token: use `token` or `oauth` instead",
                         ));
                     }
                 }
-                let token = self.token.as_ref().ok_or_else(|| {
-                    Invalid::new(
+                match (&self.token, &self.oauth) {
+                    (Some(token), None) => token.validate(&format!("{prefix}.token")),
+                    (None, Some(oauth)) => oauth.validate(&format!("{prefix}.oauth")),
+                    (Some(_), Some(_)) => Err(Invalid::new(
+                        format!("{prefix}.oauth"),
+                        "give `token` or `oauth`, not both",
+                    )),
+                    (None, None) => Err(Invalid::new(
                         format!("{prefix}.token"),
-                        "required for OAUTHBEARER: { file: /path/to/token } or { env: NAME }",
-                    )
-                })?;
-                token.validate(&format!("{prefix}.token"))
+                        "required for OAUTHBEARER: { file: /path/to/token } or { env: NAME }; \
+                         or `oauth:` with a token endpoint",
+                    )),
+                }
             }
             _ => {
-                if self.token.is_some() {
-                    return Err(Invalid::new(
-                        format!("{prefix}.token"),
-                        format!("{mechanism} authenticates with username and password, not a token"),
-                    ));
+                for (key, set) in [("token", self.token.is_some()), ("oauth", self.oauth.is_some())] {
+                    if set {
+                        return Err(Invalid::new(
+                            format!("{prefix}.{key}"),
+                            format!("{mechanism} authenticates with username and password, not a token"),
+                        ));
+                    }
                 }
                 match &self.username {
                     None => {

@@ -588,7 +588,7 @@ fn bad_tls_and_sasl() {
         (
             "sasl: { mechanism: OAUTHBEARER, username: u }",
             "clusters.nj.sasl.username",
-            "use `token` instead",
+            "use `token` or `oauth` instead",
         ),
         (
             "sasl: { mechanism: OAUTHBEARER }",
@@ -604,6 +604,26 @@ fn bad_tls_and_sasl() {
             "sasl: { mechanism: PLAIN, username: u, password: { env: \"\" } }",
             "clusters.nj.sasl.password",
             "not an environment variable's name",
+        ),
+        (
+            "sasl: { mechanism: OAUTHBEARER, oauth: { token_endpoint: \"ftp://idp/token\", client_id: s, client_secret: { env: S } } }",
+            "clusters.nj.sasl.oauth.token_endpoint",
+            "not an http:// or https:// address",
+        ),
+        (
+            "sasl: { mechanism: OAUTHBEARER, oauth: { token_endpoint: \"https://idp/token\", client_id: \"a:b\", client_secret: { env: S } } }",
+            "clusters.nj.sasl.oauth.client_id",
+            "must not be empty or hold `:`",
+        ),
+        (
+            "sasl: { mechanism: OAUTHBEARER, token: { env: T }, oauth: { token_endpoint: \"https://idp/token\", client_id: s, client_secret: { env: S } } }",
+            "clusters.nj.sasl.oauth",
+            "not both",
+        ),
+        (
+            "sasl: { mechanism: PLAIN, username: u, password: { env: P }, oauth: { token_endpoint: \"https://idp/token\", client_id: s, client_secret: { env: S } } }",
+            "clusters.nj.sasl.oauth",
+            "not a token",
         ),
         (
             "sasl: { mechanism: GSSAPI }",

@@ -37,6 +37,8 @@ struct Node {
     properties: PathBuf,
     log: PathBuf,
     heap: &'static str,
+    /// JVM system properties (`-Dkey=value`).
+    jvm: Vec<String>,
     child: Option<Child>,
     frozen: bool,
 }
@@ -166,7 +168,8 @@ impl Kafka {
 
     /// A single combined node whose PLAINTEXT listener is on `port`, with
     /// the `server.properties` lines `extra` makes of the controller's port
-    /// (so they can list listeners of their own: later lines win).
+    /// (so they can list listeners of their own: later lines win); lines
+    /// beginning with `-D` are JVM system properties instead.
     pub fn start_single(port: u16, extra: &dyn Fn(u16) -> Vec<String>) -> Kafka {
         Kafka::launch(0, extra, Some(port))
     }
@@ -586,8 +589,11 @@ fn try_metadata(port: u16) -> Option<kafka_protocol::messages::MetadataResponse>
 }
 
 impl Node {
+    /// A node of `lines`: `server.properties` lines, and JVM system
+    /// properties (those beginning with `-D`).
     fn write(dir: &Path, id: i32, port: u16, lines: Vec<String>, heap: &'static str) -> Node {
         let properties = dir.join(format!("node-{id}.properties"));
+        let (jvm, lines): (Vec<String>, Vec<String>) = lines.into_iter().partition(|l| l.starts_with("-D"));
         fs::write(&properties, lines.join("\n") + "\n").unwrap();
         Node {
             id,
@@ -595,6 +601,7 @@ impl Node {
             properties,
             log: dir.join(format!("node-{id}.log")),
             heap,
+            jvm,
             child: None,
             frozen: false,
         }
@@ -614,6 +621,7 @@ impl Node {
                 "-Dlog4j2.configurationFile={}/log4j2.properties",
                 dir.display()
             ))
+            .args(&self.jvm)
             .arg("-cp")
             .arg(format!("{}/*", kafka_libs().display()))
             .arg("kafka.Kafka")

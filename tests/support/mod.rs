@@ -67,6 +67,8 @@ pub struct Peers {
     pub java4_lib: PathBuf,
     /// kafkajs and its codec packages (`NODE_PATH` for the node client).
     pub node_modules: PathBuf,
+    /// An OAuth 2.0 server's jars (NAV's mock-oauth2-server and its runtime).
+    pub oauth_lib: PathBuf,
     /// What `scripts/peers` printed: the installed versions.
     pub versions: String,
 }
@@ -110,6 +112,7 @@ fn install_peers() -> Result<Peers, String> {
         java_lib: peers.join("java/lib"),
         java4_lib: peers.join("java4/lib"),
         node_modules: peers.join("node/node_modules"),
+        oauth_lib: peers.join("oauth/libs"),
         versions: stdout,
     };
     for (name, path) in [
@@ -119,6 +122,10 @@ fn install_peers() -> Result<Peers, String> {
         ("kafka-clients.jar", &p.java_lib.join("kafka-clients.jar")),
         ("kafka-clients.jar (4)", &p.java4_lib.join("kafka-clients.jar")),
         ("kafkajs", &p.node_modules.join("kafkajs")),
+        (
+            "mock-oauth2-server",
+            &p.oauth_lib.join("mock-oauth2-server-2.1.10.jar"),
+        ),
     ] {
         if !path.exists() {
             return Err(format!(

@@ -18,8 +18,9 @@
 //! - [`Security`] (`security`): TLS (rustls) and SASL for a cluster's
 //!   connections, re-authentication before a session ends (KIP-368);
 //!   [`sasl`]: the mechanisms (PLAIN, SCRAM, OAUTHBEARER) and SCRAM's
-//!   message parsers; `stream`: plain or TLS bytes, split for the
-//!   connection's reader and writer.
+//!   message parsers; [`oauth`]: OAUTHBEARER tokens from an OAuth 2.0
+//!   token endpoint (client credentials); `stream`: plain or TLS bytes,
+//!   split for the connection's reader and writer.
 //! - [`Backoff`]: jittered exponential backoff with deadlines for the
 //!   callers' retry loops.
 //! - [`UpstreamError`]: says which broker failed and whether a retry helps.
@@ -33,6 +34,7 @@ pub mod conn;
 pub mod error;
 pub mod metadata;
 pub mod metrics;
+pub mod oauth;
 pub mod sasl;
 pub mod security;
 pub mod splice;

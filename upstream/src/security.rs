@@ -25,6 +25,7 @@ use strait_config::{ClientSasl, ClientTls, SaslMechanism, Secret};
 use tokio::net::TcpStream;
 
 use crate::error::{Result, UpstreamError};
+use crate::oauth::TokenSource;
 use crate::sasl::ClientMechanism;
 use crate::stream::Stream;
 use crate::versions::Versions;
@@ -37,6 +38,8 @@ const MAX_STEPS: usize = 4;
 pub struct Security {
     tls: Option<Tls>,
     sasl: Option<Arc<ClientSasl>>,
+    /// Where OAUTHBEARER tokens come from, with `sasl.oauth`.
+    oauth: Option<Arc<TokenSource>>,
 }
 
 #[derive(Clone)]
@@ -76,9 +79,14 @@ impl Security {
             }),
             None => None,
         };
+        let oauth = match sasl.and_then(|s| s.oauth.as_ref()) {
+            Some(client) => Some(Arc::new(TokenSource::new(client).map_err(settings)?)),
+            None => None,
+        };
         Ok(Security {
             tls,
             sasl: sasl.cloned().map(Arc::new),
+            oauth,
         })
     }
 
@@ -118,11 +126,12 @@ impl Security {
         let Some(sasl) = &self.sasl else {
             return Ok(None);
         };
-        let secret = match (&sasl.password, &sasl.token) {
-            (Some(secret), _) | (None, Some(secret)) => read_secret(secret)
+        let secret = match (&sasl.password, &sasl.token, &self.oauth) {
+            (Some(secret), ..) | (None, Some(secret), _) => read_secret(secret)
                 .await
                 .map_err(|reason| refused(broker, reason))?,
-            (None, None) => return Err(refused(broker, "no password or token configured".to_owned())),
+            (None, None, Some(oauth)) => oauth.token().await.map_err(|reason| refused(broker, reason))?,
+            (None, None, None) => return Err(refused(broker, "no password or token configured".to_owned())),
         };
         let username = sasl.username.as_deref().unwrap_or_default();
         Ok(Some(ClientMechanism::new(sasl.mechanism, username, secret)))
@@ -333,7 +342,7 @@ pub fn parse_private_key(pem: &[u8], what: &str) -> std::result::Result<PrivateK
 }
 
 /// rustls' client settings for `tls`.
-fn client_config(tls: &ClientTls) -> std::result::Result<ClientConfig, String> {
+pub(crate) fn client_config(tls: &ClientTls) -> std::result::Result<ClientConfig, String> {
     let mut roots = RootCertStore::empty();
     match &tls.ca_file {
         Some(path) => {

@@ -3,7 +3,8 @@
 //! as a server reads them, server-first and server-final as a client does)
 //! and the challenges of a SCRAM exchange in progress, and the messages of
 //! a client logging in to Strait (PLAIN, and SCRAM's two, checked against
-//! a users file with one user). Parsing must never
+//! a users file with one user), and an OAuth token endpoint's HTTP answer
+//! (OAUTHBEARER's client-credentials grant). Parsing must never
 //! panic, and what parses must hold together: a user name escapes back to
 //! what was read, a proof is what its base64 said.
 #![no_main]
@@ -33,6 +34,9 @@ static USERS: LazyLock<UserMap> = LazyLock::new(|| {
 static ALLOCATOR: strait_gateway::alloc::GuardedAlloc = strait_gateway::alloc::GuardedAlloc;
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok((token, _)) = strait_upstream::oauth::parse_response(data) {
+        assert!(!token.is_empty());
+    }
     if let Ok(first) = scram::parse_client_first(data) {
         assert_eq!(scram::unescape(&scram::escape(&first.username)).as_deref(), Some(first.username.as_str()));
         assert!(!first.nonce.is_empty());
