@@ -55,6 +55,9 @@ struct Figures {
     consume_mb_s: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// Strait's CPU seconds per GB it carried (produced and consumed;
+    /// 0 for the direct paths).
+    strait_cpu_s_per_gb: f64,
 }
 
 fn main() {
@@ -172,6 +175,11 @@ routes:
         ),
     )
     .map_err(|e| e.to_string())?;
+    let clk_tck = common::clock_ticks();
+    let strait_ticks = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", strait.pid()?)).ok()?;
+        common::cpu_ticks_of(&stat)
+    };
     for repeat in 0..repeats {
         for (path, bootstrap, properties, runs) in [
             ("plain", &main_bootstrap, &plain_properties, &mut plain_runs),
@@ -191,10 +199,19 @@ routes:
                 &main_bootstrap
             };
             common::create_topic(admin, &topic, PARTITIONS, "tls-bench-admin")?;
-            let figures = run(&kafka, bootstrap, properties, &topic, records)?;
+            let before = strait_ticks();
+            let mut figures = run(&kafka, bootstrap, properties, &topic, records)?;
+            if !path.starts_with("direct") {
+                // Produced, consumed, and the 10,000 records of the
+                // latency run.
+                let gb = ((2 * records + 10_000) * common::RECORD_BYTES as u64) as f64 / 1e9;
+                let ticks = strait_ticks().zip(before).map_or(0, |(a, b)| a.saturating_sub(b));
+                figures.strait_cpu_s_per_gb = ticks as f64 / clk_tck / gb;
+            }
             println!(
-                "  repeat {repeat} {path:12}: produce {:7.1} MB/s, consume {:7.1} MB/s, one at a time p50 {:.2} ms p99 {:.2} ms",
-                figures.produce_mb_s, figures.consume_mb_s, figures.p50_ms, figures.p99_ms
+                "  repeat {repeat} {path:12}: produce {:7.1} MB/s, consume {:7.1} MB/s, one at a time p50 {:.2} ms p99 {:.2} ms, \
+                 Strait {:.2} cpu s/GB",
+                figures.produce_mb_s, figures.consume_mb_s, figures.p50_ms, figures.p99_ms, figures.strait_cpu_s_per_gb
             );
             runs.push(figures);
         }
@@ -207,8 +224,10 @@ routes:
         connections_per_second(secure, Some(&certs.ca_file))?,
     );
     println!();
-    println!("| path | produce MB/s | consume MB/s | p50 ms at 1,000/s | p99 ms | new connections/s |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| path | produce MB/s | consume MB/s | p50 ms at 1,000/s | p99 ms | new connections/s | Strait cpu s/GB |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     for (name, runs, conns) in [
         (
             "through Strait, plaintext both sides",
@@ -223,12 +242,18 @@ routes:
         ("direct to Kafka, plaintext", &direct_plain_runs, String::new()),
         ("direct to Kafka, TLS", &direct_tls_runs, String::new()),
     ] {
+        let cpu = median(runs, |f| f.strait_cpu_s_per_gb);
         println!(
-            "| {name} | {:.1} | {:.1} | {:.2} | {:.2} | {conns} |",
+            "| {name} | {:.1} | {:.1} | {:.2} | {:.2} | {conns} | {} |",
             median(runs, |f| f.produce_mb_s),
             median(runs, |f| f.consume_mb_s),
             median(runs, |f| f.p50_ms),
             median(runs, |f| f.p99_ms),
+            if cpu > 0.0 {
+                format!("{cpu:.2}")
+            } else {
+                String::new()
+            },
         );
     }
     let ratio = |a: &[Figures], b: &[Figures], f: fn(&Figures) -> f64| {
@@ -336,6 +361,7 @@ fn run(kafka: &Kafka, bootstrap: &str, properties: &Path, topic: &str, records: 
         consume_mb_s,
         p50_ms: number_between(&paced, "max latency,", "ms 50th")?,
         p99_ms: number_between(&paced, "95th,", "ms 99th")?,
+        strait_cpu_s_per_gb: 0.0,
     })
 }
 

@@ -455,13 +455,16 @@ fn a_frozen_broker_fails_its_partitions_in_time_and_the_rest_flows() {
         fetch.topics[0].partitions[0].partition = other;
         // Kafka has once in a while answered this Fetch (v12, offset 0)
         // OFFSET_OUT_OF_RANGE right after p0's answer, and then not
-        // again: asked again within the time allowed, it must flow.
-        // (Under investigation: printed, so it stays visible.)
+        // again: asked again, it must flow. (Under investigation: printed,
+        // so it stays visible.)
+        let asked = Instant::now();
         let mut answer = conn.fetch(&fetch);
-        while answer.responses[0].partitions[0].error_code != 0 && t.elapsed() < Duration::from_secs(2) {
+        while answer.responses[0].partitions[0].error_code != 0 && asked.elapsed() < Duration::from_secs(3) {
             eprintln!(
-                "{what}: fetch p{other} answered {:?}; asking again",
-                answer.responses[0].partitions[0]
+                "{what}: fetch p{other} answered {:?} after {:?} ({:?} into the check); asking again",
+                answer.responses[0].partitions[0],
+                asked.elapsed(),
+                t.elapsed()
             );
             std::thread::sleep(Duration::from_millis(100));
             answer = conn.fetch(&fetch);
@@ -469,8 +472,10 @@ fn a_frozen_broker_fails_its_partitions_in_time_and_the_rest_flows() {
         let p = &answer.responses[0].partitions[0];
         assert_eq!(p.error_code, 0, "{what}: fetch p{other}: {p:?}");
         assert!(p.high_watermark >= 1, "{what}: fetch p{other}: {p:?}");
+        // Not held up by the frozen broker: that would take Strait's
+        // request timeout (5 s) at least.
         assert!(
-            t.elapsed() < Duration::from_secs(3),
+            t.elapsed() < Duration::from_millis(4_500),
             "{what}: took {:?}",
             t.elapsed()
         );
