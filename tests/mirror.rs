@@ -84,25 +84,34 @@ fn assert_mirrored(source: &str, target: &str, source_topic: &str, target_topic:
 }
 
 fn produce(bootstrap: &str, topic: &str, start: usize, count: usize, codec: &str) {
-    let out = run_client(
-        "ck_produce.py",
-        &[
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            topic,
-            "--start",
-            &start.to_string(),
-            "--count",
-            &count.to_string(),
-            "--compression",
-            codec,
-            "--keyed",
-            "--headers",
-            "--value-prefix",
-            &format!("{topic}-{codec}"),
-        ],
+    let prefix = format!("{topic}-{codec}");
+    produce_with(
+        bootstrap,
+        topic,
+        start,
+        count,
+        &["--compression", codec, "--value-prefix", &prefix],
     );
+}
+
+/// `ck_produce.py` of `count` keyed records with headers from index
+/// `start`, with more arguments `extra`.
+fn produce_with(bootstrap: &str, topic: &str, start: usize, count: usize, extra: &[&str]) {
+    let (start, count_arg) = (start.to_string(), count.to_string());
+    let mut args = vec![
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--start",
+        &start,
+        "--count",
+        &count_arg,
+        "--keyed",
+        "--headers",
+    ];
+    args.extend_from_slice(extra);
+    let out = run_client("ck_produce.py", &args);
     assert_eq!(out["delivered"].as_u64(), Some(count as u64), "{out}");
 }
 
@@ -253,6 +262,104 @@ fn sigkill_three_times_mid_stream_still_exactly_once_strait_to_kafka() {
         &topic,
         "already on the target",
     );
+}
+
+/// Across an emulated WAN (the source behind the delay relay: 50 ms round
+/// trip, each connection held to a 6 MiB window), the mirror is killed with
+/// SIGKILL three times while it copies a backlog of 10 MB per partition,
+/// with fetches out ahead of its position on several fetch connections,
+/// and records keep coming: the target still holds every source record
+/// exactly once, in order.
+#[test]
+fn sigkill_three_times_across_a_wan_still_exactly_once_kafka_to_kafka() {
+    let relay = support::relay::Relay::start("127.0.0.1:9".parse().unwrap(), Duration::from_millis(25));
+    let port = support::free_port();
+    let advertised = relay.port();
+    let source = Kafka::start_single(port, &|_| {
+        vec![format!("advertised.listeners=PLAINTEXT://127.0.0.1:{advertised}")]
+    });
+    relay.retarget(([127, 0, 0, 1], port).into());
+    let far = relay.addr();
+    let target = Kafka::second().bootstrap();
+    let topic = unique("wan");
+    support::create_topic("ck_admin.py", &far, &topic, 2);
+    let backlog = 20_000;
+    produce_backlog(&far, &topic, &[(backlog, "1000")]);
+    // A small budget: fetches of 2 MiB, two out per partition.
+    let mut mirror = MirrorProc::start(&config(
+        &far,
+        &target,
+        &topic,
+        "    commit_interval: 2s\n    max_bytes_in_flight: 8MiB\n",
+    ));
+    let more = 3_000;
+    let mut producer = background_producer(&far, &topic, more, 1_000);
+    for _ in 0..3 {
+        // Killed once this process has written some of the backlog.
+        wait_until(
+            "the mirror to copy part of the backlog",
+            Duration::from_secs(60),
+            || records_written(&mirror.get("/metrics")) >= 300.0,
+        );
+        mirror.restart();
+    }
+    let status = producer
+        .wait(Duration::from_secs(120))
+        .expect("the producer finishes");
+    assert!(status.success(), "{}", producer.describe());
+    assert_eq!(acked(&producer), more);
+    assert_mirrored(&far, &target, &topic, &topic, backlog + more);
+    let log = mirror.log();
+    assert!(
+        log.contains("already on the target"),
+        "no restart found mirrored records past the commit:\n{log}"
+    );
+    assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
+    drop(source);
+}
+
+/// Produces `(count, value size)` runs of keyed records with headers, one
+/// after the other, uncompressed.
+fn produce_backlog(bootstrap: &str, topic: &str, runs: &[(usize, &str)]) {
+    let mut start = 0;
+    for &(count, size) in runs {
+        produce_with(bootstrap, topic, start, count, &["--value-size", size]);
+        start += count;
+    }
+}
+
+/// A partition of small records followed by large ones: the mirror,
+/// guessing the offsets of its fetches ahead from the small records' bytes
+/// per offset, first sends them past where the answers before them end;
+/// it fills each gap with a fetch at its position before it uses them,
+/// and the target holds every record once, in order.
+#[test]
+fn fetches_ahead_that_overshoot_fill_their_gaps_kafka_to_kafka() {
+    let (source, target) = (Kafka::shared().bootstrap(), Kafka::second().bootstrap());
+    let topic = unique("ahead");
+    support::create_topic("ck_admin.py", &source, &topic, 1);
+    produce_backlog(&source, &topic, &[(20_000, "0"), (10_000, "1000")]);
+    let mirror = MirrorProc::start(&config(
+        &source,
+        &target,
+        &topic,
+        "    max_bytes_in_flight: 8MiB\n",
+    ));
+    assert_mirrored(&source, &target, &topic, &topic, 30_000);
+    let log = mirror.log();
+    assert!(
+        log.contains("filling the gap before it"),
+        "no fetch ahead left a gap to fill:\n{log}"
+    );
+}
+
+/// Records written to the target by a mirror process, over its partitions.
+fn records_written(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("strait_mirror_records_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// Small source batches (a librdkafka producer at 1,500 records/s over 8

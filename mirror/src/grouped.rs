@@ -1,13 +1,25 @@
 //! Requests grouped by leader: each partition's task asks for its own
-//! fetch or produce, and one task per broker gathers whatever partitions
-//! are waiting into one request: one Fetch in flight per source broker
-//! (on a connection of its own, since it may long-poll), several Produce
-//! requests in flight per target broker.
+//! fetches or produces, and one task per broker gathers whatever
+//! partitions are waiting into requests.
 //!
-//! A partition has at most one fetch waiting here at a time, so a Fetch
-//! never carries a partition twice. A partition may have several batches
-//! queued for produce; each Produce carries at most one of them (Kafka's
-//! rule), in order.
+//! **Fetches** go on [`FETCH_LANES`] connections per source broker, one
+//! request in flight on each: a broker answers a connection's requests in
+//! order, and TCP holds each connection to its window, so one connection
+//! cannot keep a long, fat link full. A partition may have several fetches
+//! out at once (at offsets it estimates ahead of its position, see
+//! [`crate::partition`]); a Fetch carries each partition at most once, so
+//! a partition's later fetches ride later requests, on other lanes.
+//! Requests that may long-poll (every partition in them has caught up
+//! with the source) go on lane 0 only, so they never hold the lanes that
+//! carry data; a request carries at most [`LinkEstimate::in_flight_target`]
+//! divided among the lanes, so a mirror of many partitions spreads its
+//! data over the lanes rather than asking for everything at once. Each
+//! answer feeds the broker's [`LinkEstimate`] (lowest round trip, highest
+//! delivery rate), from which partitions size their fetches.
+//!
+//! **Produces**: several requests in flight per target broker. A
+//! partition may have several batches queued for produce; each Produce
+//! carries at most one of them (Kafka's rule), in order.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -21,11 +33,17 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use strait_upstream::{Cluster, Lane, UpstreamError};
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 /// Produce requests in flight per broker.
 const IN_FLIGHT: usize = 8;
-/// How long a broker's fetch loop waits, after an answer, for the
-/// partitions it answered to ask again.
+/// Fetch connections (and requests in flight) per source broker. With
+/// Linux's default 6 MiB receive window, 4 connections carry up to 24 MiB
+/// per round trip: 240 MB/s at 100 ms.
+pub const FETCH_LANES: usize = 4;
+/// How long lane 0, after an answer, waits for the partitions it answered
+/// to ask again before it long-polls without them.
 const GATHER: Duration = Duration::from_millis(5);
 /// Most bytes of records in one Produce request.
 const MAX_PRODUCE_REQUEST: usize = 16 << 20;
@@ -47,6 +65,18 @@ pub struct Fetched {
     pub aborted: Vec<(i64, i64)>,
 }
 
+impl Fetched {
+    /// Where read_committed reads of the partition end: the last stable
+    /// offset, or the high watermark when the broker gives none.
+    pub fn readable_end(&self) -> i64 {
+        if self.last_stable_offset >= 0 {
+            self.last_stable_offset
+        } else {
+            self.high_watermark
+        }
+    }
+}
+
 /// What the target said to one partition's produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Produced {
@@ -54,12 +84,19 @@ pub struct Produced {
     pub base_offset: i64,
 }
 
+/// A topic and partition.
+type PartitionKey = (Arc<str>, i32);
+
+/// One partition's fetch, waiting for a request to carry it.
 #[derive(Debug)]
 struct FetchItem {
     topic: Arc<str>,
     partition: i32,
     offset: i64,
     max_bytes: i32,
+    /// The partition's source is known to hold records at `offset`, so the
+    /// broker answers at once (false: the fetch may long-poll).
+    has_data: bool,
     reply: oneshot::Sender<Result<Fetched, UpstreamError>>,
 }
 
@@ -80,6 +117,9 @@ pub struct FetchSettings {
     pub max_bytes: i32,
 }
 
+/// A fetch handed to a broker's request task; await it for the answer.
+pub type PendingFetch = oneshot::Receiver<Result<Fetched, UpstreamError>>;
+
 /// Fetches from the source, grouped by leader. Reads are read_committed:
 /// aborted transactions are listed and records past the last stable
 /// offset are not returned.
@@ -88,6 +128,7 @@ pub struct Fetcher {
     cluster: Cluster,
     settings: FetchSettings,
     queues: Arc<Queues<FetchItem>>,
+    links: Arc<Mutex<HashMap<i32, Arc<LinkEstimate>>>>,
 }
 
 impl Fetcher {
@@ -97,11 +138,13 @@ impl Fetcher {
             cluster,
             settings,
             queues: Arc::default(),
+            links: Arc::default(),
         }
     }
 
     /// Fetches `topic-partition` from `offset`, at most `max_bytes` of it
-    /// (a first batch larger than that still comes whole, KIP-74).
+    /// (a first batch larger than that still comes whole, KIP-74), and
+    /// waits for the answer.
     pub async fn fetch(
         &self,
         topic: &Arc<str>,
@@ -109,6 +152,22 @@ impl Fetcher {
         offset: i64,
         max_bytes: i32,
     ) -> Result<Fetched, UpstreamError> {
+        let pending = self.send(topic, partition, offset, max_bytes, false).await?;
+        pending.await.map_err(|_| gone(&self.cluster))?
+    }
+
+    /// Hands a fetch of `topic-partition` from `offset` to its leader's
+    /// request task and returns without waiting for the answer, so that a
+    /// partition can have several out. `has_data`: the source is known to
+    /// hold records at `offset` (the fetch will not long-poll).
+    pub async fn send(
+        &self,
+        topic: &Arc<str>,
+        partition: i32,
+        offset: i64,
+        max_bytes: i32,
+        has_data: bool,
+    ) -> Result<PendingFetch, UpstreamError> {
         let node = self.cluster.leader_id(topic, partition).await?;
         let (reply, answer) = oneshot::channel();
         let item = FetchItem {
@@ -116,62 +175,239 @@ impl Fetcher {
             partition,
             offset,
             max_bytes,
+            has_data,
             reply,
         };
         self.queue(node).send(item).map_err(|_| gone(&self.cluster))?;
-        answer.await.map_err(|_| gone(&self.cluster))?
+        Ok(answer)
+    }
+
+    /// What is known of the link to the leader of `topic-partition`
+    /// (defaults while nothing was measured, or the leader is unknown).
+    pub async fn link(&self, topic: &Arc<str>, partition: i32) -> Arc<LinkEstimate> {
+        match self.cluster.leader_id(topic, partition).await {
+            Ok(node) => self.link_of(node),
+            Err(_) => Arc::new(LinkEstimate::default()),
+        }
+    }
+
+    fn link_of(&self, node: i32) -> Arc<LinkEstimate> {
+        self.links
+            .lock()
+            .expect("fetch links")
+            .entry(node)
+            .or_default()
+            .clone()
     }
 
     fn queue(&self, node: i32) -> mpsc::UnboundedSender<FetchItem> {
+        let link = self.link_of(node);
         queue(&self.queues, node, |rx| {
-            fetch_loop(self.cluster.clone(), self.settings, node, rx)
+            fetch_loop(self.cluster.clone(), self.settings, node, link, rx)
         })
     }
 }
 
-/// One Fetch in flight per broker, as Kafka's own clients do, carrying
-/// every partition that asked. After an answer, the loop waits a moment
-/// (at most [`GATHER`]) for the partitions it answered to ask again, so the
-/// next Fetch carries them too rather than long-polling without them.
+/// What the fetches to one source broker have measured of the link: the
+/// lowest round trip of an answer that did not wait at the broker, and the
+/// highest rate at which answers brought bytes, each over the last few
+/// seconds. Their product is the link's bandwidth-delay product.
+#[derive(Debug, Default)]
+pub struct LinkEstimate {
+    inner: Mutex<Samples>,
+}
+
+/// Round trips are kept per [`RTT_WINDOW`] (this one's lowest and the
+/// last one's); rates per [`RATE_INTERVAL`], the last [`RATE_INTERVALS`].
+#[derive(Debug, Default)]
+struct Samples {
+    rtt: [Option<Duration>; 2],
+    rtt_since: Option<Instant>,
+    bytes: u64,
+    rate_since: Option<Instant>,
+    rates: VecDeque<f64>,
+}
+
+const RTT_WINDOW: Duration = Duration::from_secs(10);
+const RATE_INTERVAL: Duration = Duration::from_millis(250);
+const RATE_INTERVALS: usize = 8;
+/// Bytes the fetches of one broker keep in flight before anything is
+/// measured, and at least: 32 MiB fills 250 MB/s at a 100 ms round trip
+/// (and half the default budget).
+pub const MIN_IN_FLIGHT: usize = 32 << 20;
+/// Most bytes in flight per broker however fast the link looks (the
+/// mirror's budget bounds it too).
+const MAX_IN_FLIGHT: usize = 1 << 30;
+
+impl LinkEstimate {
+    /// One answer: it took `took` and brought `bytes` of records;
+    /// `immediate` when the broker had data for it (so it did not wait).
+    fn observe(&self, took: Duration, bytes: usize, immediate: bool) {
+        let now = Instant::now();
+        let mut s = self.inner.lock().expect("link estimate");
+        if immediate {
+            if s.rtt_since.is_none_or(|since| now - since >= RTT_WINDOW) {
+                s.rtt = [None, s.rtt[0]];
+                s.rtt_since = Some(now);
+            }
+            s.rtt[0] = Some(s.rtt[0].map_or(took, |r| r.min(took)));
+        }
+        s.bytes += bytes as u64;
+        let since = *s.rate_since.get_or_insert(now);
+        let elapsed = now - since;
+        if elapsed >= RATE_INTERVAL {
+            let rate = s.bytes as f64 / elapsed.as_secs_f64();
+            if s.rates.len() == RATE_INTERVALS {
+                s.rates.pop_front();
+            }
+            s.rates.push_back(rate);
+            s.bytes = 0;
+            s.rate_since = Some(now);
+        }
+    }
+
+    /// The lowest round trip seen lately, if any.
+    pub fn round_trip(&self) -> Option<Duration> {
+        let s = self.inner.lock().expect("link estimate");
+        s.rtt.iter().flatten().min().copied()
+    }
+
+    /// The highest delivery rate seen lately, bytes per second.
+    pub fn rate(&self) -> f64 {
+        let s = self.inner.lock().expect("link estimate");
+        s.rates.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// Bytes the broker's fetches should keep in flight: twice the
+    /// bandwidth-delay product measured (so that the link stays busy while
+    /// answers are being sent and new requests travel), at least
+    /// [`MIN_IN_FLIGHT`]. While fetches fill the link the measured rate is
+    /// the link's; while they do not, doubling what is in flight raises
+    /// the rate, and the next estimate with it.
+    pub fn in_flight_target(&self) -> usize {
+        let bdp = self
+            .round_trip()
+            .map_or(0.0, |rtt| rtt.as_secs_f64() * self.rate());
+        ((2.0 * bdp) as usize).clamp(MIN_IN_FLIGHT, MAX_IN_FLIGHT)
+    }
+}
+
+/// A broker's fetch requests: up to [`FETCH_LANES`] in flight, each on a
+/// connection of its own, carrying the partitions that asked (each once).
+/// Requests that may long-poll go on lane 0 only; after lane 0's answer,
+/// the loop waits a moment (at most [`GATHER`]) for the partitions it
+/// answered to ask again, so its next Fetch carries them too rather than
+/// long-polling without them.
 async fn fetch_loop(
     cluster: Cluster,
     settings: FetchSettings,
     node: i32,
+    link: Arc<LinkEstimate>,
     mut rx: mpsc::UnboundedReceiver<FetchItem>,
 ) {
-    let mut waiting: Vec<FetchItem> = Vec::new();
+    let mut waiting: VecDeque<FetchItem> = VecDeque::new();
+    let mut busy = [false; FETCH_LANES];
+    let mut requests: JoinSet<(usize, HashSet<PartitionKey>)> = JoinSet::new();
+    // Lane 0's gathering: until when, and who it waits for.
+    let mut gathering: Option<(Instant, HashSet<PartitionKey>)> = None;
+    let mut open = true;
     loop {
-        if waiting.is_empty() {
-            match rx.recv().await {
-                Some(item) => waiting.push(item),
-                None => return,
-            }
+        // Send while a lane is free and something may go on it.
+        loop {
+            let has_data = waiting.iter().any(|i| i.has_data);
+            let lane0_free = !busy[0] && gathering.is_none();
+            let lane = if has_data {
+                (1..FETCH_LANES).find(|&l| !busy[l]).or(lane0_free.then_some(0))
+            } else {
+                lane0_free.then_some(0)
+            };
+            let Some(lane) = lane.filter(|_| !waiting.is_empty()) else {
+                break;
+            };
+            let cap = link.in_flight_target() / FETCH_LANES;
+            let items = take_request(&mut waiting, cap);
+            busy[lane] = true;
+            let (cluster, link) = (cluster.clone(), link.clone());
+            requests.spawn(async move {
+                let keys = items.iter().map(|i| (i.topic.clone(), i.partition)).collect();
+                fetch_group(&cluster, settings, node, lane, &link, items).await;
+                (lane, keys)
+            });
         }
-        while let Ok(item) = rx.try_recv() {
-            waiting.push(item);
+        if !open && waiting.is_empty() && requests.is_empty() {
+            return;
         }
-        let items = std::mem::take(&mut waiting);
-        let answered: HashSet<(Arc<str>, i32)> =
-            items.iter().map(|i| (i.topic.clone(), i.partition)).collect();
-        fetch_group(&cluster, settings, node, items).await;
-        let deadline = tokio::time::Instant::now() + GATHER;
-        let mut back = 0;
-        while back < answered.len() {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(item)) => {
-                    if answered.contains(&(item.topic.clone(), item.partition)) {
-                        back += 1;
+        let gather_until = gathering.as_ref().map(|(until, _)| *until);
+        tokio::select! {
+            item = rx.recv(), if open => match item {
+                Some(item) => {
+                    if let Some((_, awaited)) = &mut gathering {
+                        awaited.remove(&(item.topic.clone(), item.partition));
+                        if awaited.is_empty() {
+                            gathering = None;
+                        }
                     }
-                    waiting.push(item);
+                    waiting.push_back(item);
+                    while let Ok(item) = rx.try_recv() {
+                        waiting.push_back(item);
+                    }
                 }
-                Ok(None) => return,
-                Err(_) => break,
+                None => open = false,
+            },
+            Some(done) = requests.join_next() => {
+                if let Ok((lane, answered)) = done {
+                    busy[lane] = false;
+                    if lane == 0 {
+                        let still: HashSet<_> = answered
+                            .into_iter()
+                            .filter(|k| !waiting.iter().any(|i| (&i.topic, i.partition) == (&k.0, k.1)))
+                            .collect();
+                        if !still.is_empty() {
+                            gathering = Some((Instant::now() + GATHER, still));
+                        }
+                    }
+                }
+            },
+            _ = tokio::time::sleep_until(gather_until.unwrap_or_else(Instant::now)), if gather_until.is_some() => {
+                gathering = None;
             }
         }
     }
 }
 
-async fn fetch_group(cluster: &Cluster, settings: FetchSettings, node: i32, items: Vec<FetchItem>) {
+/// The next request's items: the first waiting fetch of each partition,
+/// in order, until their bytes reach `cap` (at least one item; fetches
+/// that may long-poll bring nothing and do not count).
+fn take_request(waiting: &mut VecDeque<FetchItem>, cap: usize) -> Vec<FetchItem> {
+    let mut items = Vec::new();
+    let mut rest = VecDeque::new();
+    let mut taken: HashSet<(Arc<str>, i32)> = HashSet::new();
+    let mut bytes = 0usize;
+    while let Some(item) = waiting.pop_front() {
+        let key = (item.topic.clone(), item.partition);
+        let full = !items.is_empty() && item.has_data && bytes + item.max_bytes as usize > cap;
+        if full || taken.contains(&key) {
+            rest.push_back(item);
+            continue;
+        }
+        if item.has_data {
+            bytes += item.max_bytes as usize;
+        }
+        taken.insert(key);
+        items.push(item);
+    }
+    *waiting = rest;
+    items
+}
+
+async fn fetch_group(
+    cluster: &Cluster,
+    settings: FetchSettings,
+    node: i32,
+    lane: usize,
+    link: &LinkEstimate,
+    items: Vec<FetchItem>,
+) {
     let mut topics: Vec<FetchTopic> = Vec::new();
     for item in &items {
         let partition = FetchPartition::default()
@@ -193,16 +429,29 @@ async fn fetch_group(cluster: &Cluster, settings: FetchSettings, node: i32, item
         .with_max_bytes(settings.max_bytes)
         .with_isolation_level(1)
         .with_topics(topics);
+    let immediate = items.iter().any(|i| i.has_data);
     let result = async {
-        let connection = cluster.broker_lane(node, Lane::Fetch).await?;
-        connection.request(&request).await
+        let connection = cluster.broker_lane(node, Lane::Fetch(lane as u8)).await?;
+        let sent = Instant::now();
+        let response = connection.request(&request).await?;
+        Ok((sent.elapsed(), response))
     }
     .await;
     let response = match result {
-        Ok(response) if response.error_code != 0 => {
+        Ok((_, response)) if response.error_code != 0 => {
             Err(kafka_error(cluster, "Fetch".to_owned(), response.error_code))
         }
-        other => other,
+        Ok((took, response)) => {
+            let bytes = response
+                .responses
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .map(|p| p.records.as_ref().map_or(0, Bytes::len))
+                .sum();
+            link.observe(took, bytes, immediate || bytes > 0);
+            Ok(response)
+        }
+        Err(e) => Err(e),
     };
     let mut response = match response {
         Ok(response) => response,
@@ -478,5 +727,60 @@ fn gone(cluster: &Cluster) -> UpstreamError {
     UpstreamError::Disconnected {
         broker: cluster.name().to_owned(),
         reason: "the request task stopped".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_link_target_is_twice_the_measured_bandwidth_delay_product() {
+        let link = LinkEstimate::default();
+        assert_eq!(link.in_flight_target(), MIN_IN_FLIGHT, "nothing measured");
+        // A long-poll that waited is no round trip; answers with data are.
+        link.observe(Duration::from_millis(500), 0, false);
+        assert_eq!(link.round_trip(), None);
+        link.observe(Duration::from_millis(120), 1 << 20, true);
+        link.observe(Duration::from_millis(100), 1 << 20, true);
+        assert_eq!(link.round_trip(), Some(Duration::from_millis(100)));
+        // 100 MB arriving over one rate interval: about 100 MB/s if the
+        // interval is a second; whatever it was, the target follows it.
+        std::thread::sleep(RATE_INTERVAL);
+        link.observe(Duration::from_millis(100), 100 << 20, true);
+        let rate = link.rate();
+        assert!(rate > 0.0);
+        let expected = (2.0 * 0.1 * rate) as usize;
+        assert_eq!(
+            link.in_flight_target(),
+            expected.clamp(MIN_IN_FLIGHT, MAX_IN_FLIGHT)
+        );
+    }
+
+    #[test]
+    fn a_request_takes_each_partition_once_up_to_its_share() {
+        let item = |topic: &str, partition, max_bytes, has_data| FetchItem {
+            topic: topic.into(),
+            partition,
+            offset: 0,
+            max_bytes,
+            has_data,
+            reply: oneshot::channel().0,
+        };
+        let mut waiting: VecDeque<FetchItem> = [
+            item("a", 0, 4 << 20, true),
+            item("a", 0, 4 << 20, true),
+            item("a", 1, 4 << 20, true),
+            item("b", 0, 1 << 20, false),
+            item("a", 2, 4 << 20, true),
+        ]
+        .into_iter()
+        .collect();
+        let taken = take_request(&mut waiting, 8 << 20);
+        let keys: Vec<(&str, i32)> = taken.iter().map(|i| (&*i.topic, i.partition)).collect();
+        // a-0 once, a-1 (8 MiB reached), b-0 (may long-poll: counts nothing).
+        assert_eq!(keys, [("a", 0), ("a", 1), ("b", 0)]);
+        let left: Vec<(&str, i32)> = waiting.iter().map(|i| (&*i.topic, i.partition)).collect();
+        assert_eq!(left, [("a", 0), ("a", 2)]);
     }
 }

@@ -17,9 +17,10 @@
 //!   (compaction gaps, records before the position, control and aborted
 //!   transactional batches, `LogAppendTime`, batches above the target's
 //!   `max.message.bytes`), and fingerprints to resume after a restart.
-//! - [`grouped`]: fetches and produces of many partitions grouped into one
-//!   request per leader (one Fetch in flight per source broker, several
-//!   Produce requests per target broker).
+//! - [`grouped`]: fetches and produces of many partitions grouped into
+//!   requests per leader (several Fetches in flight per source broker, on
+//!   connections of their own, sized from the link's measured round trip
+//!   and rate; several Produce requests per target broker).
 //! - [`topics`]: target topics created with the source's partitions and
 //!   configs; [`positions`]: committed positions on the source.
 //! - [`metrics`]: the Prometheus metrics; [`status`]: each partition's

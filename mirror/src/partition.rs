@@ -3,10 +3,14 @@
 //! every error it can recover from.
 //!
 //! - The **fetch task** reads the source from the partition's position
-//!   (requests grouped by leader, [`crate::grouped`]), turns each batch
-//!   into target batches ([`crate::batch`]) and queues them. It first
-//!   reserves bytes from the mirror's `max_bytes_in_flight` budget, so a
-//!   slow target slows fetching rather than filling memory.
+//!   (requests grouped by leader, [`crate::grouped`]), with several
+//!   fetches out when the source holds more than one brings (at offsets
+//!   estimated ahead, answers taken in order, overlaps dropped, gaps
+//!   filled), turns each batch into target batches ([`crate::batch`]) and
+//!   queues them. Every fetch first reserves bytes from the mirror's
+//!   `max_bytes_in_flight` budget (the first waits for them, fetches ahead
+//!   only take what is free), so a slow target slows fetching rather than
+//!   filling memory.
 //! - The **produce task** takes queued batches in order, stamps them with
 //!   the mirror's idempotent producer id, epoch and sequence, and writes
 //!   them with one produce in flight per partition (many partitions per
@@ -44,7 +48,7 @@ use crate::state::{PartitionState, Status};
 use crate::topics;
 
 /// Bytes asked for per partition per fetch, at most ...
-const FETCH_BYTES: usize = 4 << 20;
+const MAX_FETCH_BYTES: usize = 32 << 20;
 /// ... and at least, when the budget is shared by many partitions (a
 /// larger first batch still comes whole, KIP-74).
 const MIN_FETCH_BYTES: usize = 64 << 10;
@@ -206,6 +210,82 @@ enum Piece {
     Position(i64),
 }
 
+/// One fetch out: where it starts, the budget it holds, its answer.
+struct Flight {
+    offset: i64,
+    ask: usize,
+    permit: OwnedSemaphorePermit,
+    answer: Answer,
+}
+
+enum Answer {
+    Pending(grouped::PendingFetch),
+    /// Answered, held back behind a fetch that fills the gap before it.
+    Ready(grouped::Fetched),
+}
+
+/// How large the source's batches are, per offset and per batch, from
+/// what was fetched (moving averages; 0 before anything was).
+#[derive(Debug, Default, Clone, Copy)]
+struct Density {
+    bytes_per_offset: f64,
+    bytes_per_batch: f64,
+}
+
+impl Density {
+    /// Takes the whole batches of one answer: `bytes` over `offsets`
+    /// offsets in `batches` batches.
+    fn observe(&mut self, bytes: usize, offsets: i64, batches: usize) {
+        if bytes == 0 || offsets <= 0 || batches == 0 {
+            return;
+        }
+        let (per_offset, per_batch) = (bytes as f64 / offsets as f64, bytes as f64 / batches as f64);
+        if self.bytes_per_offset == 0.0 {
+            (self.bytes_per_offset, self.bytes_per_batch) = (per_offset, per_batch);
+        } else {
+            self.bytes_per_offset = 0.7 * self.bytes_per_offset + 0.3 * per_offset;
+            self.bytes_per_batch = 0.7 * self.bytes_per_batch + 0.3 * per_batch;
+        }
+    }
+
+    /// Where the next fetch should start, after one from `offset` of
+    /// `bytes` bytes: about one batch before its answer's expected end
+    /// (the answer starts with the batch holding `offset` and ends short
+    /// of its last, cut batch), so that answers overlap by about a batch
+    /// rather than leave gaps. None until a density is known.
+    fn offset_after(&self, offset: i64, bytes: usize) -> Option<i64> {
+        if self.bytes_per_offset <= 0.0 {
+            return None;
+        }
+        let ahead = (bytes as f64 - self.bytes_per_batch) / self.bytes_per_offset;
+        (ahead >= 1.0).then(|| offset.saturating_add(ahead as i64))
+    }
+}
+
+/// How much one fetch asks for: its share of what the link to the leader
+/// should have in flight (see [`grouped::LinkEstimate`]) spread over the
+/// fetch lanes, at least 16 batches (an answer wastes about the one batch
+/// it cuts short), within [`MIN_FETCH_BYTES`]..[`MAX_FETCH_BYTES`] and a
+/// quarter of the budget. Returns it with the bytes the partition may
+/// keep in flight.
+fn fetch_plan(shared: &Shared, link: &grouped::LinkEstimate, density: &Density) -> (usize, usize) {
+    let partitions = shared.partitions.load(Ordering::Relaxed).max(1);
+    let target = (link.in_flight_target() / partitions).min(shared.budget_bytes / 2);
+    let ask = (target / grouped::FETCH_LANES)
+        .max((16.0 * density.bytes_per_batch) as usize)
+        .clamp(MIN_FETCH_BYTES, MAX_FETCH_BYTES)
+        .min((shared.budget_bytes / 4).max(MIN_FETCH_BYTES));
+    (ask, target.max(ask))
+}
+
+/// Fetches the partition from its position, several fetches ahead when
+/// the source holds more than one fetch brings: the first at the
+/// position, the next ones at offsets estimated from the bytes per offset
+/// seen so far ([`Density`]), each on whatever fetch lane is free, up to
+/// what the link should have in flight ([`fetch_plan`]). Answers are taken
+/// in order: overlaps are dropped (the transformer skips what it has
+/// fed); an answer that starts after the position leaves a gap, which a
+/// fetch at the position fills before the answer is used.
 async fn fetch_loop(
     shared: &Shared,
     state: &PartitionState,
@@ -217,49 +297,159 @@ async fn fetch_loop(
     // Bytes to ask for when a fetch brought only part of a batch (0: the
     // usual amount).
     let mut grown = 0;
+    let mut flights: VecDeque<Flight> = VecDeque::new();
+    // Where the source's readable records end, as last seen (-1: unknown).
+    let mut end = -1i64;
+    let mut density = Density::default();
     loop {
         let position = transformer.position();
-        // Every partition can have a fetch out within the budget: a mirror
-        // of thousands of partitions asks for less from each.
-        let share = shared.budget_bytes / shared.partitions.load(Ordering::Relaxed).max(1);
-        let ask_now = if grown > 0 {
-            grown
-        } else {
-            FETCH_BYTES.min(share.max(MIN_FETCH_BYTES))
+        let link = shared.fetcher.link(&state.source_topic, state.partition).await;
+        let (ask, target) = fetch_plan(shared, &link, &density);
+        if flights.is_empty() {
+            let ask_now = if grown > 0 { grown } else { ask };
+            let reserve = ask_now.min(shared.budget_bytes);
+            let permit = tokio::select! {
+                permit = shared.budget.clone().acquire_many_owned(reserve as u32) => permit.expect("budget never closes"),
+                _ = crate::shut_down(&mut shutdown) => return Ok(()),
+            };
+            let sent = send_fetch(shared, state, position, ask_now, position < end).await;
+            let answer = match sent {
+                Ok(pending) => Answer::Pending(pending),
+                Err(e) => {
+                    drop(permit);
+                    if !fetch_failed(shared, state, e, &mut backoff, &mut shutdown).await? {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            };
+            flights.push_back(Flight {
+                offset: position,
+                ask: ask_now,
+                permit,
+                answer,
+            });
+        }
+        // Fetch ahead while the source has more, the link wants more in
+        // flight and the budget has room (never waiting for it).
+        while grown == 0 && flights.len() < grouped::FETCH_LANES && flights.len() * ask < target {
+            let last = flights.back().expect("a fetch is out");
+            let Some(next) = density.offset_after(last.offset, last.ask) else {
+                break;
+            };
+            if next >= end {
+                break;
+            }
+            let Ok(permit) = shared.budget.clone().try_acquire_many_owned(ask as u32) else {
+                break;
+            };
+            match send_fetch(shared, state, next, ask, true).await {
+                Ok(pending) => flights.push_back(Flight {
+                    offset: next,
+                    ask,
+                    permit,
+                    answer: Answer::Pending(pending),
+                }),
+                Err(_) => break,
+            }
+        }
+        let flight = flights.pop_front().expect("a fetch is out");
+        let ahead = flight.offset > position;
+        let fetched = match flight.answer {
+            Answer::Ready(fetched) => Ok(fetched),
+            Answer::Pending(pending) => tokio::select! {
+                answer = pending => answer.unwrap_or_else(|_| Err(UpstreamError::Disconnected {
+                    broker: shared.source.name().to_owned(),
+                    reason: "the fetch task stopped".to_owned(),
+                })),
+                _ = crate::shut_down(&mut shutdown) => return Ok(()),
+            },
         };
-        let reserve = ask_now.min(shared.budget_bytes);
-        let mut permit = tokio::select! {
-            permit = shared.budget.clone().acquire_many_owned(reserve as u32) => permit.expect("budget never closes"),
-            _ = crate::shut_down(&mut shutdown) => return Ok(()),
-        };
-        let fetched = tokio::select! {
-            fetched = shared.fetcher.fetch(&state.source_topic, state.partition, position, ask_now as i32) => fetched,
-            _ = crate::shut_down(&mut shutdown) => return Ok(()),
-        };
+        let mut permit = flight.permit;
         let fetched = match fetched {
             Ok(fetched) => fetched,
+            Err(_) if ahead => {
+                // A guess too far (out of range, or a leader change): the
+                // fetch at the position will tell.
+                flights.clear();
+                continue;
+            }
             Err(e) if e.code() == Some(ResponseError::OffsetOutOfRange) => {
+                flights.clear();
                 let moved = out_of_range(shared, state, position).await?;
                 transformer = PartitionTransformer::new(moved, transformer.options());
                 let _ = tx.send(Piece::Position(moved));
                 continue;
             }
-            Err(e) if e.is_retriable() => {
-                shared.count_error(state, "source");
-                if e.wants_metadata_refresh() {
-                    shared.source.invalidate();
-                }
-                tracing::debug!(mirror = %shared.name, topic = %state.source_topic, partition = state.partition, error = %e, "fetch retrying");
+            Err(e) => {
+                flights.clear();
                 drop(permit);
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff.next_delay()) => {}
-                    _ = crate::shut_down(&mut shutdown) => return Ok(()),
+                if !fetch_failed(shared, state, e, &mut backoff, &mut shutdown).await? {
+                    return Ok(());
                 }
                 continue;
             }
-            Err(e) => return Err(error::source(e)),
         };
         backoff.reset();
+        end = end.max(fetched.readable_end());
+        if ahead {
+            // Its first batch must hold the position, or there is a gap.
+            let first = FetchedBatches::new(&fetched.records)
+                .map_while(Result::ok)
+                .find(|b| b.last_offset() >= position);
+            match first {
+                None => {
+                    // Nothing there after all: guesses further on are
+                    // worth no more.
+                    flights.clear();
+                    continue;
+                }
+                Some(first) if first.header().base_offset > position => {
+                    let gap = (first.header().base_offset - position) as f64 * density.bytes_per_offset
+                        + density.bytes_per_batch;
+                    let gap_ask = (gap as usize).clamp(MIN_FETCH_BYTES, ask.max(MIN_FETCH_BYTES));
+                    tracing::debug!(
+                        mirror = %shared.name, topic = %state.source_topic, partition = state.partition,
+                        position, fetched_from = first.header().base_offset, gap_ask,
+                        "a fetch ahead started past the position; filling the gap before it"
+                    );
+                    // Held budget is not waited for: the gap is small, and
+                    // waiting while holding answers could starve others.
+                    let gap_permit = match shared.budget.clone().try_acquire_many_owned(gap_ask as u32) {
+                        Ok(p) => p,
+                        Err(_) => permit
+                            .split(gap_ask.min(permit.num_permits().saturating_sub(1)))
+                            .unwrap_or_else(|| {
+                                shared
+                                    .budget
+                                    .clone()
+                                    .try_acquire_many_owned(0)
+                                    .expect("zero permits")
+                            }),
+                    };
+                    let sent = send_fetch(shared, state, position, gap_ask, true).await;
+                    match sent {
+                        Ok(pending) => {
+                            flights.push_front(Flight {
+                                offset: flight.offset,
+                                ask: flight.ask,
+                                permit,
+                                answer: Answer::Ready(fetched),
+                            });
+                            flights.push_front(Flight {
+                                offset: position,
+                                ask: gap_ask,
+                                permit: gap_permit,
+                                answer: Answer::Pending(pending),
+                            });
+                        }
+                        Err(_) => flights.clear(),
+                    }
+                    continue;
+                }
+                Some(_) => {}
+            }
+        }
         state.set_high_watermark(fetched.high_watermark);
         let aborted: Vec<AbortedTransaction> = fetched
             .aborted
@@ -277,9 +467,17 @@ async fn fetch_loop(
             error,
         };
         let mut outs = Vec::new();
+        let (mut whole_bytes, mut whole_batches, mut first_offset, mut last_offset) = (0, 0, None, 0);
         for found in &mut batches {
             let found = found.map_err(source_data)?;
+            whole_bytes += found.bytes().len();
+            whole_batches += 1;
+            first_offset.get_or_insert(found.header().base_offset);
+            last_offset = found.last_offset();
             outs.extend(transformer.transform(&found).map_err(source_data)?.into_batches());
+        }
+        if let Some(first) = first_offset {
+            density.observe(whole_bytes, last_offset + 1 - first, whole_batches);
         }
         if shared.coalesce_below > 0 {
             outs = batch::coalesce_runs(
@@ -305,8 +503,8 @@ async fn fetch_loop(
         }
         // A first batch larger than asked for comes whole (KIP-74) from
         // Kafka 0.10.1 on; an older broker cuts it: ask for more next time.
-        grown = if batches.partial_bytes() > 0 && pieces.is_empty() && transformer.position() == position {
-            (ask_now * 2).min(shared.budget_bytes.max(FETCH_BYTES))
+        grown = if whole_batches == 0 && batches.partial_bytes() > 0 {
+            (flight.ask * 2).min(shared.budget_bytes.max(MAX_FETCH_BYTES))
         } else {
             0
         };
@@ -345,6 +543,43 @@ async fn fetch_loop(
         if transformer.position() != position {
             let _ = tx.send(Piece::Position(transformer.position()));
         }
+    }
+}
+
+/// Hands a fetch of the partition from `offset` to the fetcher.
+async fn send_fetch(
+    shared: &Shared,
+    state: &PartitionState,
+    offset: i64,
+    ask: usize,
+    has_data: bool,
+) -> Result<grouped::PendingFetch, UpstreamError> {
+    shared
+        .fetcher
+        .send(&state.source_topic, state.partition, offset, ask as i32, has_data)
+        .await
+}
+
+/// A fetch at the position failed: a retriable error waits a backoff
+/// (false: shutdown came meanwhile); any other ends the round.
+async fn fetch_failed(
+    shared: &Shared,
+    state: &PartitionState,
+    e: UpstreamError,
+    backoff: &mut Backoff,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<bool, MirrorError> {
+    if !e.is_retriable() {
+        return Err(error::source(e));
+    }
+    shared.count_error(state, "source");
+    if e.wants_metadata_refresh() {
+        shared.source.invalidate();
+    }
+    tracing::debug!(mirror = %shared.name, topic = %state.source_topic, partition = state.partition, error = %e, "fetch retrying");
+    tokio::select! {
+        _ = tokio::time::sleep(backoff.next_delay()) => Ok(true),
+        _ = crate::shut_down(shutdown) => Ok(false),
     }
 }
 
@@ -524,4 +759,28 @@ async fn init_producer_id(target: &Cluster) -> Result<(i64, i16), UpstreamError>
     target
         .init_producer_id(Instant::now() + Duration::from_secs(60))
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Density;
+
+    #[test]
+    fn fetches_ahead_start_a_batch_short_of_the_expected_end() {
+        let mut density = Density::default();
+        assert_eq!(density.offset_after(100, 1 << 20), None, "nothing seen yet");
+        // 10 batches of 100 records of 1,000 bytes.
+        density.observe(1_000_000, 1_000, 10);
+        // 1 MB ahead, less one batch of 100,000 bytes: 900 offsets.
+        assert_eq!(density.offset_after(100, 1_000_000), Some(1_000));
+        // A fetch smaller than one batch guesses nothing.
+        assert_eq!(density.offset_after(100, 50_000), None);
+        // Larger records since: the estimate moves towards them.
+        density.observe(1_000_000, 100, 10);
+        assert!(density.bytes_per_offset > 1_000.0 && density.bytes_per_offset < 10_000.0);
+        // Answers without whole batches change nothing.
+        let before = density.bytes_per_offset;
+        density.observe(0, 0, 0);
+        assert_eq!(density.bytes_per_offset, before);
+    }
 }

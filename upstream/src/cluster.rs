@@ -84,8 +84,11 @@ struct Inner {
 pub enum Lane {
     /// Everything but long-polling fetches.
     Default,
-    /// Fetches that may wait at the broker (`max_wait_ms`).
-    Fetch,
+    /// Fetches that may wait at the broker (`max_wait_ms`): the mirror
+    /// keeps several in flight per broker, each on a connection of its own
+    /// (numbered), since a broker answers a connection's requests in order
+    /// and TCP limits each connection to its window.
+    Fetch(u8),
 }
 
 /// Each broker's connection per lane.
