@@ -391,7 +391,13 @@ async fn fetch_loop(
             }
         };
         backoff.reset();
-        end = end.max(fetched.readable_end());
+        // Answers come in order, so one at the position is the latest word
+        // (a source whose log was truncated ends earlier than before).
+        end = if ahead {
+            end.max(fetched.readable_end())
+        } else {
+            fetched.readable_end()
+        };
         if ahead {
             // Its first batch must hold the position, or there is a gap.
             let first = FetchedBatches::new(&fetched.records)
