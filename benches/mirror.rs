@@ -1,9 +1,11 @@
 //! The mirror benchmark: `strait mirror` against MirrorMaker 2, a plain
 //! librdkafka consume-then-produce mirror and the limit of what can be read
 //! from the source, Apache Kafka to Apache Kafka, on the same data in the
-//! same run: on loopback and over an emulated WAN, with sources written in
-//! small batches (the Java client's defaults) and in large ones; then the
-//! replication latency at a fixed rate over that WAN.
+//! same run: on loopback, with sources written in small batches (the Java
+//! client's defaults) and in large ones; then over emulated WAN links (the
+//! matrix of issue 22: 50 ms x 50 MB/s and 100 ms x 100 MB/s, each with 1
+//! partition and with 16, uncompressed and lz4), with the replication
+//! latency at a fixed rate over each link.
 //!
 //! Run it with `scripts/bench-mirror [DIR]`, which installs the peers,
 //! builds Strait and calls `cargo bench --bench mirror -- WORKDIR`.
@@ -17,9 +19,9 @@
 //! there): the figures this bench printed before Kafka was the reference.
 //!
 //! **The data.** `MIRROR_BENCH_RECORDS` records of 1 KiB (no key) spread
-//! round-robin over the 16 partitions of one source topic per batch size,
-//! produced by librdkafka (the `rdkafka` crate) with lz4, acks=all and
-//! idempotence:
+//! round-robin over the partitions of each source topic, produced by
+//! librdkafka (the `rdkafka` crate) with acks=all and idempotence. The LAN
+//! cases' topics have 16 partitions and lz4, one per batch size:
 //!
 //! - *small* (`mirror-bench-small`): linger.ms=0 and batch.size
 //!   `MIRROR_BENCH_SMALL_BATCH_BYTES` (16384), the Java producer's classic
@@ -28,56 +30,80 @@
 //! - *large* (`mirror-bench-large`): linger.ms=5 and batch.size
 //!   `MIRROR_BENCH_BATCH_BYTES` (1000000, librdkafka's default).
 //!
+//! The WAN cases' topics are written in large batches, one per partition
+//! count of `MIRROR_BENCH_WAN_PARTITIONS` (default `1,16`) and compression
+//! of `MIRROR_BENCH_WAN_COMPRESSION` (default `none,lz4`):
+//! `mirror-bench-large-p1-none` and so on (16 partitions with lz4 is
+//! `mirror-bench-large`). MirrorMaker 2's and the librdkafka mirror's
+//! producers compress as the source was, so every target holds what Strait's
+//! mirror, passing batches through, holds.
+//!
 //! Each value is 512 bytes that no codec shrinks and 512 bytes of text that
 //! repeats across records: about 2:1 under lz4, so that what crosses the WAN
 //! is neither the raw size nor next to nothing. MB are 10^6 bytes of record
-//! values; "batch MB" are 10^6 bytes of the compressed record batches as
-//! stored on the source, which is what crosses the link.
+//! values; "batch MB" are 10^6 bytes of the record batches as stored on the
+//! source (compressed or not), which is what crosses the link.
 //!
-//! **What runs, per case** (LAN or WAN, small or large batches), in the
-//! order of `MIRROR_BENCH_PEERS` (default `strait,mm2,rdkafka`), rotated by
-//! one from each case to the next (on a busy machine the first run of a
-//! case was seen to cost the target more, whichever mirror it was):
+//! **What runs, per case** (LAN small or large batches; per WAN link, each
+//! partition count and compression), in the order of `MIRROR_BENCH_PEERS`
+//! (default `strait,mm2,rdkafka`), rotated by one from each case to the next
+//! (on a busy machine the first run of a case was seen to cost the target
+//! more, whichever mirror it was):
 //!
-//! - *Fetch limit*: the whole topic read as fast as Strait's own upstream
-//!   client (`strait-upstream`: `Cluster`, `Connection::request`) reads it:
-//!   one connection, `MIRROR_BENCH_LIMIT_IN_FLIGHT` (default 4) Fetch
-//!   requests in flight, each for its share of the 16 partitions, with the
-//!   mirror's fetch settings (1 MiB per partition, 64 MiB per answer,
-//!   read_committed); only batch headers are read. After one unmeasured
+//! - *Fetch limit* (over the WAN: *bare fetch*): the whole topic read as
+//!   fast as Strait's own upstream client (`strait-upstream`: `Cluster`,
+//!   `Connection::request`) reads it: one connection,
+//!   `MIRROR_BENCH_LIMIT_IN_FLIGHT` (default 4) Fetch requests in flight,
+//!   each for its share of the partitions (so as many as there are
+//!   partitions at most: one for a topic of one), with fixed fetch sizes
+//!   (the mirror's before it sized its fetches from the link: 1 MiB per
+//!   partition, 64 MiB per answer; read_committed); only batch headers are
+//!   read. After one unmeasured
 //!   pass the topic is read again until a second has passed; the figure is
-//!   per pass. No mirror can go faster.
+//!   per pass. On loopback no mirror can go faster. Over the WAN it reads
+//!   through the source's relay (it fails unless the relay carried at least
+//!   the bytes it read) and is what a plain client gets across the link,
+//!   not a bound: its one connection is held to the relay's window (6 MiB a
+//!   round trip: 63 MB/s at 100 ms), and a partition's next fetch waits for
+//!   the answer before (1 MiB a round trip for a topic of one partition),
+//!   where Strait's mirror spreads its fetches over several connections and
+//!   fetches ahead within a partition.
 //! - *Strait's mirror*: `strait mirror --config FILE` copying the topic to
 //!   the target (default settings).
 //! - *MirrorMaker 2*: `org.apache.kafka.connect.mirror.MirrorMaker` (Kafka
 //!   4.1.1, dedicated mode) with `connect-mirror-maker.sh`'s JVM settings
 //!   (-Xms256M -Xmx2G, G1), `tasks.max` `MIRROR_BENCH_MM2_TASKS` (4),
 //!   heartbeats, checkpoints, offset syncs and config/ACL syncing off (it
-//!   only copies), the source consumer with the mirror's fetch settings and
-//!   the producer re-batching with lz4, linger.ms=5 and batch.size 1000000
-//!   (Connect keeps its one request in flight per task);
+//!   only copies), the source consumer with the fetch limit's fetch
+//!   settings and the producer re-batching with the source's compression,
+//!   linger.ms=5 and batch.size 1000000 (Connect keeps its one request in
+//!   flight per task);
 //!   `MIRROR_BENCH_MM2_OPTIONS` adds or overrides properties. The target
 //!   topic is `mm2-CASE.TOPIC` (the source's cluster alias, default
 //!   replication policy).
 //! - *librdkafka mirror*: this binary re-run as a child process
-//!   (`child-rdkafka-mirror`): a BaseConsumer assigned all 16 partitions
-//!   from the beginning (no group joined; the mirror's fetch settings:
+//!   (`child-rdkafka-mirror`): a BaseConsumer assigned all the partitions
+//!   from the beginning (no group joined; the fetch limit's fetch settings:
 //!   fetch.max.bytes 64 MiB, 1 MiB per partition, fetch.wait.max.ms 500,
 //!   queued.max.messages.kbytes 64 MiB like the mirror's
 //!   max_bytes_in_flight, read_committed), each record handed to a
-//!   BaseProducer (lz4, acks=all, idempotent, linger.ms=5, batch.size
+//!   BaseProducer (the source's compression, acks=all, idempotent,
+//!   linger.ms=5, batch.size
 //!   `MIRROR_BENCH_BATCH_BYTES`, whatever the source's batches) with the
 //!   same partition, key, value, headers and CreateTime, into a target topic
 //!   created beforehand.
 //!
-//! Every mirror writes into a target topic created beforehand (16
-//! partitions, leaders elected), so that none pays for topic creation, and
-//! is timed from its process start until the target's ListOffsets (latest;
-//! polled every 50 ms until the first record, then every 200 ms, more often
-//! as the end nears, down to every 10 ms) add up to every record. CPU seconds come from /proc/PID/stat: the
-//! mirror's process, and the TARGET broker's, read before the start, when
-//! the first record shows on the target, when half of them are there and at
-//! the end. MB/s and CPU seconds per GB are those of the *copy* (from the
+//! Every mirror writes into a target topic created beforehand (the
+//! source's partitions, leaders elected), so that none pays for topic
+//! creation, and is timed from its process start until the target's
+//! ListOffsets (latest; polled every 50 ms until the first record, then
+//! every 200 ms, more often as the end nears, down to every 10 ms) add up
+//! to every record. Over the WAN each run also says how many bytes the
+//! source's relay carried to this side meanwhile (at least the source's
+//! batches: the mirror read across the link). CPU seconds come from
+//! /proc/PID/stat: the mirror's process, and the TARGET broker's, read
+//! before the start, when the first record shows on the target, when half
+//! of them are there and at the end. MB/s and CPU seconds per GB are those of the *copy* (from the
 //! first record on the target to the last), which is what a mirror that
 //! runs for months costs; the start-up before the first record
 //! (MirrorMaker 2's JVM and Connect's group take seconds, Strait's tens of
@@ -88,9 +114,9 @@
 //!
 //! The target broker's figure is made to be the mirror's doing: before
 //! anything is measured the target is warmed up (half the records, at least
-//! 20,000, of each batch size produced into scratch topics, so that its JVM
-//! has compiled the produce path before the first mirror; the group
-//! coordinators created on both brokers); each run starts once both brokers
+//! 20,000, of each batch size and compression of the sources produced into
+//! scratch topics, so that its JVM has compiled the produce path before the
+//! first mirror; the group coordinators created on both brokers); each run starts once both brokers
 //! are quiet (CPU at most 0.1 core above idle over 300 ms, at most 15 s);
 //! the target's CPU is counted until it is quiet again after the last record
 //! (the garbage collection a run leaves behind is that run's), less its
@@ -103,40 +129,67 @@
 //! **WAN** (skipped, saying so, when network namespaces cannot be made):
 //! each source broker is restarted on its data inside a network namespace
 //! (`MIRROR_BENCH_NETNS`) behind a veth pair whose two ends are limited by
-//! `tc qdisc tbf` to `MIRROR_BENCH_WAN_MBIT` (netem is not in this kernel),
-//! and reached from the target's side through the tests' delay relay
-//! (`tests/support/relay.rs`), which adds half of `MIRROR_BENCH_WAN_RTT_MS`
-//! each way. A source listens on the same port inside the namespace as its
-//! relay does outside and advertises `127.0.0.1:PORT`, so clients in the
-//! source's datacenter reach it directly and clients in the target's (the
-//! mirrors, as MirrorMaker deployments run) cross the link. Kafka runs
-//! there as `ip netns exec NS java ... kafka.Kafka`, its controller on the
-//! namespace's own loopback. The same cases run over the link; then, for
-//! the first pair, a Strait mirror of a fresh topic (its target topic
-//! created beforehand, records only once its 16 partitions run) stays
-//! running for the latency run: a
-//! producer in the source's namespace (`child-rate-producer`) writes
-//! `MIRROR_BENCH_LATENCY_RATE` records a second for
-//! `MIRROR_BENCH_LATENCY_SECS` seconds, and a consumer on the target's side
-//! reads the mirrored topic from its end: latency is the time a record is
-//! read there minus its CreateTime. The mirror's own
-//! `strait_mirror_replication_latency_seconds` histogram is printed beside.
+//! `tc qdisc tbf` (netem is not in this kernel), and reached from the
+//! target's side through the tests' delay relay (`tests/support/relay.rs`),
+//! which adds half the round trip each way and holds each connection to a
+//! window of `MIRROR_BENCH_WAN_WINDOW` bytes each way (default 6 MiB,
+//! Linux's default largest receive buffer; 0: none). A source listens on
+//! the same port inside the namespace as its relay does outside and
+//! advertises `127.0.0.1:PORT`, so clients in the source's datacenter reach
+//! it directly and clients in the target's (the mirrors, as MirrorMaker
+//! deployments run) cross the link. Kafka runs there as
+//! `ip netns exec NS java ... kafka.Kafka`, its controller on the
+//! namespace's own loopback. The links are `MIRROR_BENCH_WAN_LINKS`
+//! (default `50ms:50MB,100ms:100MB`: the added round trip, and MB/s each
+//! way, applied as tbf's rate: 1 MB/s = 8 Mbit/s); between links the tbf
+//! of both ends is replaced and the relay's delay changed, and every run
+//! (each mirror a process of its own, the bare fetch a client of its own)
+//! opens its connections after that. The link's rate counts frames, so
+//! record batches fill about 0.95 of it at most (a 1448-byte TCP segment
+//! in a 1514-byte frame), less the Kafka protocol's share.
 //!
-//! The bench reports; it fails only on wrong answers (a partition short of
-//! records). Every figure is printed beside the goal the issue set for it,
-//! as a ratio of two figures of the same run: Strait's mirror at least 3 x
-//! MirrorMaker 2's MB per mirror CPU second, at least its MB/s on loopback
-//! and 1.2 x over the WAN, and a target broker cost per GB no higher than
-//! under MirrorMaker 2; at least 0.8 x the fetch limit on loopback and 0.8 x
-//! the link over the WAN.
+//! Per link, the cases run (every partition count with every compression),
+//! then, for the first pair, the latency runs: for each mirror of
+//! `MIRROR_BENCH_LATENCY_PEERS` (default `strait,mm2`; those of
+//! `MIRROR_BENCH_PEERS` only), a fresh 16-partition source topic and its
+//! target topic created beforehand; a producer in the source's namespace
+//! (`child-rate-producer`, lz4, linger.ms=5) writes a probe record into
+//! each partition, and once a librdkafka consumer beside the target has
+//! read every probe (the mirror runs every partition, the consumer fetches
+//! from each, the producer has its id and connection; MirrorMaker 2 takes
+//! seconds to start), the producer writes `MIRROR_BENCH_LATENCY_RATE`
+//! records a second for `MIRROR_BENCH_LATENCY_WARMUP` seconds (default 2,
+//! left out of the figures: the load starting after idle, whose worst
+//! latencies per 100 ms are printed beside) and `MIRROR_BENCH_LATENCY_SECS`
+//! more, which the consumer reads: latency is the time a record is read there minus its
+//! timestamp, which the source topic sets when it appends the record
+//! (`message.timestamp.type=LogAppendTime`; every mirror keeps it), so
+//! the producer's linger and produce are not counted. Beside it, the
+//! Strait mirror's own `strait_mirror_replication_latency_seconds`
+//! histogram.
+//!
+//! **Report.** The bench reports; it fails only on wrong answers (a
+//! partition short of records). Every figure is printed beside the goal the
+//! issue set for it, as a ratio of two figures of the same run. On
+//! loopback: Strait's mirror at least 3 x MirrorMaker 2's MB per mirror CPU
+//! second, at least its MB/s, a target broker cost per GB no higher than
+//! under MirrorMaker 2, and at least 0.8 x the fetch limit. Over the WAN
+//! (issue 22), a table per link: a row per partition count and
+//! compression, each peer's batch MB/s and its ratio to the link's
+//! bandwidth (and the CPU ratios against MirrorMaker 2); then per case:
+//! Strait's mirror at least 0.9 x the link and ahead of MirrorMaker 2 and
+//! of the librdkafka mirror (MB/s); and per link the replication latency's
+//! p99 at most the round trip + 50 ms.
 //!
 //! Environment (see `scripts/bench-mirror`): `MIRROR_BENCH_RECORDS`,
 //! `MIRROR_BENCH_BATCHES`, `MIRROR_BENCH_PEERS`, `MIRROR_BENCH_BROKERS`,
 //! `MIRROR_BENCH_BATCH_BYTES`, `MIRROR_BENCH_SMALL_BATCH_BYTES`,
 //! `MIRROR_BENCH_MM2_TASKS`, `MIRROR_BENCH_MM2_OPTIONS`,
-//! `MIRROR_BENCH_KAFKA_HEAP`, `MIRROR_BENCH_WAN`, `MIRROR_BENCH_WAN_MBIT`,
-//! `MIRROR_BENCH_WAN_RTT_MS`, `MIRROR_BENCH_LATENCY_RATE`,
-//! `MIRROR_BENCH_LATENCY_SECS`, `MIRROR_BENCH_LIMIT_IN_FLIGHT`,
+//! `MIRROR_BENCH_KAFKA_HEAP`, `MIRROR_BENCH_LAN`, `MIRROR_BENCH_WAN`,
+//! `MIRROR_BENCH_WAN_LINKS`, `MIRROR_BENCH_WAN_PARTITIONS`,
+//! `MIRROR_BENCH_WAN_COMPRESSION`, `MIRROR_BENCH_WAN_WINDOW`,
+//! `MIRROR_BENCH_LATENCY_RATE`, `MIRROR_BENCH_LATENCY_SECS`, `MIRROR_BENCH_LATENCY_WARMUP`,
+//! `MIRROR_BENCH_LATENCY_PEERS`, `MIRROR_BENCH_LIMIT_IN_FLIGHT`,
 //! `MIRROR_BENCH_POLL_MS`, `MIRROR_BENCH_WARM_BYTES`, `MIRROR_BENCH_CLUSTER_OPTIONS`,
 //! `MIRROR_BENCH_MIRROR_OPTIONS`,
 //! `MIRROR_BENCH_NETNS` (the sources' namespace; default
@@ -179,11 +232,12 @@ use support::relay::Relay;
 
 type Res<T> = Result<T, String>;
 
-/// The source topics are `TOPIC_PREFIX-small` and `TOPIC_PREFIX-large`.
+/// The source topics are `TOPIC_PREFIX-` and their [`Spec::name`].
 const TOPIC_PREFIX: &str = "mirror-bench";
-/// The latency run's source topic.
+/// The latency runs' source topics start so.
 const LATENCY_TOPIC: &str = "mirror-bench-latency";
-/// Partitions of every topic.
+/// Partitions of the LAN cases' topics, of the latency runs' and of the
+/// scratch topics.
 const PARTITIONS: i32 = 16;
 /// Size of every record value.
 const RECORD_BYTES: usize = 1024;
@@ -192,8 +246,9 @@ const RANDOM_BYTES: usize = 512;
 /// linger.ms of the large-batch producers (the source's, the librdkafka
 /// mirror's, the latency run's).
 const LARGE_LINGER_MS: u32 = 5;
-/// The mirror's fetch settings (mirror/src/partition.rs, mirror.rs), which
-/// the fetch limit, the librdkafka mirror and MirrorMaker 2 use too.
+/// The mirror's fetch settings before it sized its fetches from the link
+/// (mirror/src/partition.rs, grouped.rs): the fetch limit, the librdkafka
+/// mirror and MirrorMaker 2 use them.
 const FETCH_PARTITION_BYTES: i32 = 1 << 20;
 const FETCH_MAX_BYTES: i32 = 64 << 20;
 const FETCH_MAX_WAIT_MS: i32 = 500;
@@ -255,6 +310,11 @@ logger.mm2.level=INFO
 ";
 
 fn main() {
+    // A test runner listing the tests of every target (`--list`) finds none
+    // here, rather than starting the whole bench.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
     // `cargo bench` adds `--bench`; our arguments are positional.
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -312,10 +372,6 @@ impl Batches {
         }
     }
 
-    fn topic(self) -> String {
-        format!("{TOPIC_PREFIX}-{}", self.name())
-    }
-
     /// The source producers' (linger.ms, batch.size).
     fn producer(self, knobs: &Knobs) -> (u32, u64) {
         match self {
@@ -325,25 +381,145 @@ impl Batches {
     }
 }
 
+/// How the source's producers compress (librdkafka's and Kafka's
+/// `compression.type`). The mirrors' producers (MirrorMaker 2's, the
+/// librdkafka mirror's) use the source's, so that every target holds what
+/// a mirror passing batches through holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Codec {
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl Codec {
+    fn name(self) -> &'static str {
+        match self {
+            Codec::None => "none",
+            Codec::Gzip => "gzip",
+            Codec::Snappy => "snappy",
+            Codec::Lz4 => "lz4",
+            Codec::Zstd => "zstd",
+        }
+    }
+
+    fn parse(word: &str) -> Option<Codec> {
+        [Codec::None, Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd]
+            .into_iter()
+            .find(|c| c.name() == word)
+    }
+}
+
+/// What a source topic holds: how it was written, over how many
+/// partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Spec {
+    batches: Batches,
+    partitions: i32,
+    codec: Codec,
+}
+
+impl Spec {
+    /// A LAN case's topic: 16 partitions, lz4.
+    fn lan(batches: Batches) -> Spec {
+        Spec {
+            batches,
+            partitions: PARTITIONS,
+            codec: Codec::Lz4,
+        }
+    }
+
+    /// "small" and "large" for 16 partitions and lz4 (the LAN cases'
+    /// topics; the WAN case of 16 partitions and lz4 reads the "large"
+    /// one), else e.g. "large-p1-none".
+    fn name(self) -> String {
+        if self.partitions == PARTITIONS && self.codec == Codec::Lz4 {
+            self.batches.name().to_owned()
+        } else {
+            format!(
+                "{}-p{}-{}",
+                self.batches.name(),
+                self.partitions,
+                self.codec.name()
+            )
+        }
+    }
+
+    fn topic(self) -> String {
+        format!("{TOPIC_PREFIX}-{}", self.name())
+    }
+
+    /// "large batches, 1 partition, none".
+    fn describe(self) -> String {
+        format!(
+            "{} batches, {} partition{}, {}",
+            self.batches.name(),
+            self.partitions,
+            if self.partitions == 1 { "" } else { "s" },
+            self.codec.name()
+        )
+    }
+}
+
+/// An emulated WAN link: the round trip the delay relay adds, and the
+/// bandwidth each way (tbf).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Link {
+    rtt_ms: u64,
+    /// 10^6 bytes per second each way.
+    mb_s: u64,
+}
+
+impl Link {
+    /// "50ms:50MB" (case-insensitive; "MB/s" and a bare number too).
+    fn parse(word: &str) -> Option<Link> {
+        let (rtt, rate) = word.split_once(':')?;
+        let rtt = rtt.strip_suffix("ms").unwrap_or(rtt).trim();
+        let rate = rate.strip_suffix("/s").unwrap_or(rate);
+        let rate = rate.strip_suffix("mb").unwrap_or(rate).trim();
+        let link = Link {
+            rtt_ms: rtt.parse().ok()?,
+            mb_s: rate.parse().ok()?,
+        };
+        (link.mb_s > 0).then_some(link)
+    }
+
+    /// "50ms-50mb", part of names.
+    fn name(self) -> String {
+        format!("{}ms-{}mb", self.rtt_ms, self.mb_s)
+    }
+
+    /// "50 ms x 50 MB/s".
+    fn title(self) -> String {
+        format!("{} ms x {} MB/s", self.rtt_ms, self.mb_s)
+    }
+
+    fn one_way(self) -> Duration {
+        Duration::from_micros(self.rtt_ms * 1000 / 2)
+    }
+}
+
 /// Where the mirrors run relative to the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Net {
     Lan,
-    Wan,
+    Wan(Link),
 }
 
 impl Net {
-    fn name(self) -> &'static str {
+    fn name(self) -> String {
         match self {
-            Net::Lan => "lan",
-            Net::Wan => "wan",
+            Net::Lan => "lan".into(),
+            Net::Wan(link) => format!("wan-{}", link.name()),
         }
     }
 
-    fn title(self) -> &'static str {
+    fn title(self) -> String {
         match self {
-            Net::Lan => "LAN",
-            Net::Wan => "WAN",
+            Net::Lan => "LAN".into(),
+            Net::Wan(link) => format!("WAN {}", link.title()),
         }
     }
 }
@@ -357,6 +533,24 @@ enum Peer {
 }
 
 impl Peer {
+    /// Part of names.
+    fn name(self) -> &'static str {
+        match self {
+            Peer::Strait => "strait",
+            Peer::Mm2 => "mm2",
+            Peer::Rdkafka => "rdkafka",
+        }
+    }
+
+    fn parse(word: &str) -> Option<Peer> {
+        match word {
+            "strait" => Some(Peer::Strait),
+            "mm2" | "mirrormaker" | "mirrormaker2" => Some(Peer::Mm2),
+            "rdkafka" | "librdkafka" => Some(Peer::Rdkafka),
+            _ => None,
+        }
+    }
+
     fn title(self) -> &'static str {
         match self {
             Peer::Strait => "Strait mirror",
@@ -386,11 +580,19 @@ struct Knobs {
     mm2_tasks: u64,
     mm2_options: Vec<String>,
     kafka_heap: String,
+    /// Whether the LAN cases run.
+    lan: bool,
     wan: bool,
-    wan_mbit: u64,
-    wan_rtt_ms: u64,
+    wan_links: Vec<Link>,
+    wan_partitions: Vec<i32>,
+    wan_codecs: Vec<Codec>,
+    /// The delay relay's window per connection and direction (0: none).
+    wan_window: u64,
     latency_rate: u64,
     latency_secs: u64,
+    latency_warmup: u64,
+    /// The mirrors whose replication latency is measured.
+    latency_peers: Vec<Peer>,
     limit_in_flight: usize,
     poll: Duration,
     warm_bytes: u64,
@@ -433,8 +635,21 @@ fn env_list<T: Copy + PartialEq>(
 }
 
 fn knobs() -> Res<Knobs> {
+    for old in ["MIRROR_BENCH_WAN_MBIT", "MIRROR_BENCH_WAN_RTT_MS"] {
+        if std::env::var_os(old).is_some() {
+            return Err(format!(
+                "{old} is gone: MIRROR_BENCH_WAN_LINKS lists the links as RTT:BANDWIDTH, e.g. \
+                 '50ms:50MB,100ms:100MB' (MB/s each way; 1 MB/s = 8 Mbit/s)"
+            ));
+        }
+    }
     let records = env_u64("MIRROR_BENCH_RECORDS", 200_000)?.max(PARTITIONS as u64);
-    Ok(Knobs {
+    let peers = env_list(
+        "MIRROR_BENCH_PEERS",
+        &[Peer::Strait, Peer::Mm2, Peer::Rdkafka],
+        Peer::parse,
+    )?;
+    let knobs = Knobs {
         records,
         batches: env_list(
             "MIRROR_BENCH_BATCHES",
@@ -445,16 +660,15 @@ fn knobs() -> Res<Knobs> {
                 _ => None,
             },
         )?,
-        peers: env_list(
-            "MIRROR_BENCH_PEERS",
-            &[Peer::Strait, Peer::Mm2, Peer::Rdkafka],
-            |w| match w {
-                "strait" => Some(Peer::Strait),
-                "mm2" | "mirrormaker" | "mirrormaker2" => Some(Peer::Mm2),
-                "rdkafka" | "librdkafka" => Some(Peer::Rdkafka),
-                _ => None,
-            },
-        )?,
+        latency_peers: env_list(
+            "MIRROR_BENCH_LATENCY_PEERS",
+            &[Peer::Strait, Peer::Mm2],
+            Peer::parse,
+        )?
+        .into_iter()
+        .filter(|p| peers.contains(p))
+        .collect(),
+        peers,
         brokers: env_list(
             "MIRROR_BENCH_BROKERS",
             &[Kind::Kafka, Kind::Strait],
@@ -475,11 +689,31 @@ fn knobs() -> Res<Knobs> {
             .map(str::to_owned)
             .collect(),
         kafka_heap: std::env::var("MIRROR_BENCH_KAFKA_HEAP").unwrap_or_else(|_| "1G".into()),
+        lan: env_u64("MIRROR_BENCH_LAN", 1)? != 0,
         wan: env_u64("MIRROR_BENCH_WAN", 1)? != 0,
-        wan_mbit: env_u64("MIRROR_BENCH_WAN_MBIT", 200)?.max(1),
-        wan_rtt_ms: env_u64("MIRROR_BENCH_WAN_RTT_MS", 50)?,
+        wan_links: env_list(
+            "MIRROR_BENCH_WAN_LINKS",
+            &[
+                Link { rtt_ms: 50, mb_s: 50 },
+                Link {
+                    rtt_ms: 100,
+                    mb_s: 100,
+                },
+            ],
+            Link::parse,
+        )?,
+        wan_partitions: env_list("MIRROR_BENCH_WAN_PARTITIONS", &[1, 16], |w| {
+            w.parse::<i32>().ok().filter(|p| (1..=1024).contains(p))
+        })?,
+        wan_codecs: env_list(
+            "MIRROR_BENCH_WAN_COMPRESSION",
+            &[Codec::None, Codec::Lz4],
+            Codec::parse,
+        )?,
+        wan_window: env_u64("MIRROR_BENCH_WAN_WINDOW", support::relay::DEFAULT_WINDOW)?,
         latency_rate: env_u64("MIRROR_BENCH_LATENCY_RATE", 2_000)?.max(1),
         latency_secs: env_u64("MIRROR_BENCH_LATENCY_SECS", 20)?,
+        latency_warmup: env_u64("MIRROR_BENCH_LATENCY_WARMUP", 2)?,
         limit_in_flight: env_u64("MIRROR_BENCH_LIMIT_IN_FLIGHT", LIMIT_IN_FLIGHT)?.clamp(1, PARTITIONS as u64)
             as usize,
         poll: Duration::from_millis(env_u64("MIRROR_BENCH_POLL_MS", POLL_MS)?.max(10)),
@@ -501,7 +735,40 @@ fn knobs() -> Res<Knobs> {
             .unwrap_or_else(|_| format!("strait-mb-{}", std::process::id())),
         strait_bin: std::env::var_os("STRAIT_BIN")
             .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_strait")), PathBuf::from),
-    })
+    };
+    if !knobs.lan && !knobs.wan {
+        return Err("MIRROR_BENCH_LAN=0 and MIRROR_BENCH_WAN=0: nothing to run".into());
+    }
+    Ok(knobs)
+}
+
+impl Knobs {
+    /// The LAN cases' source topics.
+    fn lan_specs(&self) -> Vec<Spec> {
+        if !self.lan {
+            return Vec::new();
+        }
+        self.batches.iter().map(|b| Spec::lan(*b)).collect()
+    }
+
+    /// The WAN cases' source topics, per link: large batches, every
+    /// partition count with every codec.
+    fn wan_specs(&self) -> Vec<Spec> {
+        if !self.wan {
+            return Vec::new();
+        }
+        let mut specs = Vec::new();
+        for &partitions in &self.wan_partitions {
+            for &codec in &self.wan_codecs {
+                specs.push(Spec {
+                    batches: Batches::Large,
+                    partitions,
+                    codec,
+                });
+            }
+        }
+        specs
+    }
 }
 
 /// What every measurement needs.
@@ -520,19 +787,51 @@ struct Pair {
     /// `None` while it moves behind the link.
     source: Option<Broker>,
     target: Broker,
-    /// Per batch size: the source topic's end offsets.
-    topics: Vec<(Batches, Vec<i64>)>,
+    /// Per source topic: its end offsets.
+    topics: Vec<(Spec, Vec<i64>)>,
+}
+
+impl Pair {
+    /// The end offsets of the source topic of `spec` (filled by
+    /// [`start_pair`]).
+    fn ends(&self, spec: Spec) -> &[i64] {
+        &self
+            .topics
+            .iter()
+            .find(|(s, _)| *s == spec)
+            .expect("every case's topic is filled")
+            .1
+    }
 }
 
 /// One case's results: the fetch limit and every mirror.
 struct CaseResult {
     kind: Kind,
     net: Net,
-    batches: Batches,
+    spec: Spec,
     limit: Res<Run>,
     /// (records, batches, bytes) of the source topic, from the limit.
     source_tally: Option<Tally>,
     mirrors: Vec<(Peer, Res<Run>)>,
+}
+
+/// Which case [`run_case`] runs.
+struct CaseAt<'a> {
+    kind: Kind,
+    net: Net,
+    spec: Spec,
+    /// Its place in the pair's cases: the mirrors' order rotates by one from
+    /// each case to the next.
+    index: usize,
+    /// The source's delay relay, over the WAN.
+    relay: Option<&'a Relay>,
+}
+
+/// One latency run's result.
+struct LatencyResult {
+    link: Link,
+    peer: Peer,
+    latency: Res<Latency>,
 }
 
 fn bench(dir: Option<PathBuf>) -> Res<()> {
@@ -567,123 +866,27 @@ fn bench(dir: Option<PathBuf>) -> Res<()> {
     let mut results: Vec<CaseResult> = Vec::new();
     for pair in &pairs {
         let source = pair.source.as_ref().expect("the source runs");
-        for (batches, ends) in &pair.topics {
+        for (index, spec) in ctx.knobs.lan_specs().into_iter().enumerate() {
             results.push(run_case(
                 &ctx,
-                pair.kind,
-                Net::Lan,
-                *batches,
+                CaseAt {
+                    kind: pair.kind,
+                    net: Net::Lan,
+                    spec,
+                    index,
+                    relay: None,
+                },
                 source,
                 &pair.target,
-                ends,
+                pair.ends(spec),
             ));
         }
     }
-
-    // The WAN.
-    let mut wan_skipped = None;
-    let mut latency: Res<Latency> = Err("not run".into());
-    if !ctx.knobs.wan {
-        wan_skipped = Some("MIRROR_BENCH_WAN=0".to_owned());
-    } else {
-        match Wan::setup(&ctx.knobs) {
-            Err(e) => {
-                println!("WAN part skipped: {e}");
-                wan_skipped = Some(e);
-            }
-            Ok(mut wan) => {
-                println!(
-                    "\nWAN: sources in namespace {} behind {} Mbit/s each way and {} ms round trip",
-                    wan.ns, ctx.knobs.wan_mbit, ctx.knobs.wan_rtt_ms
-                );
-                for (i, pair) in pairs.iter_mut().enumerate() {
-                    // The source moves behind the link, on the same data.
-                    let Some(mut source) = pair.source.take() else {
-                        continue;
-                    };
-                    if let Err(e) = source.stop() {
-                        println!("  note: {} source shutdown: {e}", pair.kind.name());
-                    }
-                    let port = wan.expose(&ctx.knobs);
-                    let moved = match pair.kind {
-                        Kind::Kafka => source.restart_kafka(&ctx, Some((&wan.ns, port))),
-                        Kind::Strait => Broker::start_strait(
-                            &ctx,
-                            &format!("{}-source-wan", pair.kind.name()),
-                            &source.dir,
-                            Some((&wan.ns, port)),
-                        ),
-                    };
-                    drop(source);
-                    let source = match moved {
-                        Ok(s) => s,
-                        Err(e) => {
-                            println!(
-                                "WAN {}: the source did not start behind the link: {e}",
-                                pair.kind.name()
-                            );
-                            for (batches, _) in &pair.topics {
-                                results.push(CaseResult {
-                                    kind: pair.kind,
-                                    net: Net::Wan,
-                                    batches: *batches,
-                                    limit: Err(format!("the source did not start behind the link: {e}")),
-                                    source_tally: None,
-                                    mirrors: Vec::new(),
-                                });
-                            }
-                            continue;
-                        }
-                    };
-                    println!(
-                        "WAN {}: source behind the link at 127.0.0.1:{port}",
-                        pair.kind.title()
-                    );
-                    for (batches, ends) in &pair.topics {
-                        results.push(run_case(
-                            &ctx,
-                            pair.kind,
-                            Net::Wan,
-                            *batches,
-                            &source,
-                            &pair.target,
-                            ends,
-                        ));
-                    }
-                    if i == 0 && ctx.knobs.latency_secs > 0 {
-                        latency = latency_run(&ctx, &wan, port, &source, &pair.target);
-                        match &latency {
-                            Ok(l) => println!(
-                                "WAN replication latency: {} records, p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; \
-                                 mirror histogram p50 <= {}, p99 <= {}\n  {}",
-                                l.records,
-                                l.p50,
-                                l.p99,
-                                l.max,
-                                bound(l.hist_p50),
-                                bound(l.hist_p99),
-                                l.detail
-                            ),
-                            Err(e) => println!("WAN replication latency: n/a: {e}"),
-                        }
-                    }
-                    pair.source = Some(source);
-                    // Idle behind the link from now on: stopped, so that it
-                    // takes no CPU from the next pair's runs.
-                    if let Some(s) = pair.source.as_mut() {
-                        let _ = s.stop();
-                    }
-                }
-                wan.teardown();
-            }
-        }
-    }
-    if ctx.knobs.latency_secs == 0 {
-        latency = Err("MIRROR_BENCH_LATENCY_SECS=0".into());
-    }
+    let mut latencies = Vec::new();
+    let wan_skipped = run_wan(&ctx, &mut pairs, &mut results, &mut latencies);
 
     println!();
-    print_report(&ctx.knobs, &results, wan_skipped.as_deref(), &latency);
+    print_report(&ctx.knobs, &results, wan_skipped.as_deref(), &latencies);
     println!();
     println!(
         "total bench time {:.0} s; load average now {}; logs under {}",
@@ -699,6 +902,135 @@ fn bench(dir: Option<PathBuf>) -> Res<()> {
     }
     print_log_summary(&ctx.work);
     Ok(())
+}
+
+/// The WAN part: every pair's source moved behind the link, every link of
+/// `MIRROR_BENCH_WAN_LINKS` in turn. Returns why it was skipped, if it was.
+fn run_wan(
+    ctx: &Ctx,
+    pairs: &mut [Pair],
+    results: &mut Vec<CaseResult>,
+    latencies: &mut Vec<LatencyResult>,
+) -> Option<String> {
+    if !ctx.knobs.wan {
+        return Some("MIRROR_BENCH_WAN=0".to_owned());
+    }
+    let mut wan = match Wan::setup(&ctx.knobs) {
+        Ok(wan) => wan,
+        Err(e) => {
+            println!("WAN part skipped: {e}");
+            return Some(e);
+        }
+    };
+    println!(
+        "\nWAN: sources in namespace {} behind a veth pair (tc tbf each way) and the delay relay (window {} \
+         per connection and direction); links {}",
+        wan.ns,
+        window_text(ctx.knobs.wan_window),
+        ctx.knobs
+            .wan_links
+            .iter()
+            .map(|l| l.title())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for (i, pair) in pairs.iter_mut().enumerate() {
+        wan_pair(ctx, &mut wan, pair, i == 0, results, latencies);
+    }
+    wan.teardown();
+    None
+}
+
+/// One pair over the WAN: its source restarted behind the link on the same
+/// data, then per link the cases and (for the first pair) the latency
+/// runs; the source stopped afterwards, so that it takes no CPU from the
+/// next pair's runs.
+fn wan_pair(
+    ctx: &Ctx,
+    wan: &mut Wan,
+    pair: &mut Pair,
+    first: bool,
+    results: &mut Vec<CaseResult>,
+    latencies: &mut Vec<LatencyResult>,
+) {
+    let knobs = &ctx.knobs;
+    let failed = |results: &mut Vec<CaseResult>, link: Link, e: &str| {
+        for spec in knobs.wan_specs() {
+            results.push(CaseResult::failed(pair.kind, Net::Wan(link), spec, e));
+        }
+    };
+    let Some(mut source) = pair.source.take() else {
+        return;
+    };
+    if let Err(e) = source.stop() {
+        println!("  note: {} source shutdown: {e}", pair.kind.name());
+    }
+    let port = wan.expose();
+    let moved = match pair.kind {
+        Kind::Kafka => source.restart_kafka(ctx, Some((&wan.ns, port))),
+        Kind::Strait => Broker::start_strait(
+            ctx,
+            &format!("{}-source-wan", pair.kind.name()),
+            &source.dir,
+            Some((&wan.ns, port)),
+        ),
+    };
+    drop(source);
+    let mut source = match moved {
+        Ok(s) => s,
+        Err(e) => {
+            println!(
+                "WAN {}: the source did not start behind the link: {e}",
+                pair.kind.name()
+            );
+            for &link in &knobs.wan_links {
+                failed(
+                    results,
+                    link,
+                    &format!("the source did not start behind the link: {e}"),
+                );
+            }
+            return;
+        }
+    };
+    println!(
+        "WAN {}: source behind the link at 127.0.0.1:{port}",
+        pair.kind.title()
+    );
+    let mut index = knobs.lan_specs().len();
+    for &link in &knobs.wan_links {
+        if let Err(e) = wan.set_link(link) {
+            println!("WAN {}: cannot set the link: {e}", link.title());
+            failed(results, link, &format!("cannot set the link: {e}"));
+            continue;
+        }
+        println!(
+            "\nWAN link now {} (tc tbf {} Mbit/s each way)",
+            link.title(),
+            link.mb_s * 8
+        );
+        for spec in knobs.wan_specs() {
+            let at = CaseAt {
+                kind: pair.kind,
+                net: Net::Wan(link),
+                spec,
+                index,
+                relay: wan.relay(port),
+            };
+            results.push(run_case(ctx, at, &source, &pair.target, pair.ends(spec)));
+            index += 1;
+        }
+        if !first || knobs.latency_secs == 0 {
+            continue;
+        }
+        for &peer in knobs.latency_peers.iter().filter(|p| p.runs_on(pair.kind)) {
+            let latency = latency_run(ctx, wan, port, link, peer, &source, &pair.target);
+            print_latency_line(peer, &latency);
+            latencies.push(LatencyResult { link, peer, latency });
+        }
+    }
+    let _ = source.stop();
+    pair.source = Some(source);
 }
 
 /// Starts a pair's brokers and fills its source topics.
@@ -732,18 +1064,18 @@ fn start_pair(ctx: &Ctx, kind: Kind) -> Res<Pair> {
         target.proc.pid()
     );
     let mut topics = Vec::new();
-    for &batches in &ctx.knobs.batches {
-        let topic = batches.topic();
-        create_topic(&source.bootstrap(), &topic, PARTITIONS)?;
-        let (linger, batch_bytes) = batches.producer(&ctx.knobs);
-        let secs = fill_source(
-            &source.bootstrap(),
-            &topic,
-            ctx.knobs.records,
-            linger,
-            batch_bytes,
-        )?;
-        let ends = wait_offsets(&source.bootstrap(), &topic)?;
+    let mut specs = ctx.knobs.lan_specs();
+    for spec in ctx.knobs.wan_specs() {
+        if !specs.contains(&spec) {
+            specs.push(spec);
+        }
+    }
+    for spec in specs {
+        let topic = spec.topic();
+        create_topic(&source.bootstrap(), &topic, spec.partitions)?;
+        let (linger, batch_bytes) = spec.batches.producer(&ctx.knobs);
+        let secs = fill_source(&ctx.knobs, &source.bootstrap(), &topic, ctx.knobs.records, spec)?;
+        let ends = wait_offsets(&source.bootstrap(), &topic, spec.partitions)?;
         if ends.iter().sum::<i64>() != ctx.knobs.records as i64 {
             return Err(format!(
                 "{topic} holds {} records after {} were produced (per partition {ends:?})",
@@ -752,13 +1084,15 @@ fn start_pair(ctx: &Ctx, kind: Kind) -> Res<Pair> {
             ));
         }
         println!(
-            "  {topic} filled: {} records in {:.1} s ({:.0} MB/s from librdkafka, lz4, linger.ms={linger}, \
-             batch.size={batch_bytes})",
+            "  {topic} filled: {} records over {} partition(s) in {:.1} s ({:.0} MB/s from librdkafka, {}, \
+             linger.ms={linger}, batch.size={batch_bytes})",
             ctx.knobs.records,
+            spec.partitions,
             secs,
-            mb(ctx.knobs.records) / secs
+            mb(ctx.knobs.records) / secs,
+            spec.codec.name()
         );
-        topics.push((batches, ends));
+        topics.push((spec, ends));
     }
     let mut pair = Pair {
         kind,
@@ -772,30 +1106,44 @@ fn start_pair(ctx: &Ctx, kind: Kind) -> Res<Pair> {
 
 /// Unmeasured work before anything is measured, so that no mirror pays for
 /// a cold broker: the target's JVM compiles its produce path (half the
-/// records, at least 20,000, of each batch size written into a scratch
-/// topic, as the sources were), both brokers create their group
-/// coordinator's topic (an offset commit; the mirrors commit to the source,
-/// MirrorMaker 2's Connect group lives on the target), and the target's
-/// [`Baseline`] is taken once it is quiet.
+/// records, at least 20,000, of each batch size and codec of the sources
+/// written into a scratch topic, as the sources were), both brokers create
+/// their group coordinator's topic (an offset commit; the mirrors commit to
+/// the source, MirrorMaker 2's Connect group lives on the target), and the
+/// target's [`Baseline`] is taken once it is quiet.
 fn warm_up(ctx: &Ctx, pair: &mut Pair) -> Res<()> {
     let started = Instant::now();
     let target = pair.target.bootstrap();
     let source = pair.source.as_ref().expect("the source runs").bootstrap();
     let records = (ctx.knobs.records / 2).max(20_000);
     let mut scratch = String::new();
-    for &batches in &ctx.knobs.batches {
-        scratch = format!("{TOPIC_PREFIX}-warmup-{}", batches.name());
+    let mut done: Vec<(Batches, Codec)> = Vec::new();
+    for (spec, _) in &pair.topics {
+        if done.contains(&(spec.batches, spec.codec)) {
+            continue;
+        }
+        done.push((spec.batches, spec.codec));
+        let shape = Spec {
+            partitions: PARTITIONS,
+            ..*spec
+        };
+        scratch = format!(
+            "{TOPIC_PREFIX}-warmup-{}-{}",
+            spec.batches.name(),
+            spec.codec.name()
+        );
         create_topic(&target, &scratch, PARTITIONS)?;
-        let (linger, batch_bytes) = batches.producer(&ctx.knobs);
-        fill_source(&target, &scratch, records, linger, batch_bytes)?;
+        fill_source(&ctx.knobs, &target, &scratch, records, shape)?;
     }
-    commit_offset(&source, &ctx.knobs.batches[0].topic())?;
+    let first = pair.topics.first().ok_or("no source topic to run")?.0;
+    commit_offset(&source, &first.topic())?;
     commit_offset(&target, &scratch)?;
     settle(ctx, &pair.target);
     pair.target.baseline = measure_baseline(ctx, &pair.target, &scratch);
     println!(
-        "  target warmed up in {:.1} s ({records} records of each batch size into {TOPIC_PREFIX}-warmup-*, \
-         group coordinators ready); its baseline: {:.3} cores idle, {:.2} ms of CPU per offset poll",
+        "  target warmed up in {:.1} s ({records} records of each batch size and codec into \
+         {TOPIC_PREFIX}-warmup-*, group coordinators ready); its baseline: {:.3} cores idle, {:.2} ms of CPU \
+         per offset poll",
         started.elapsed().as_secs_f64(),
         pair.target.baseline.idle,
         pair.target.baseline.per_poll * 1e3
@@ -847,7 +1195,7 @@ fn measure_baseline(ctx: &Ctx, broker: &Broker, topic: &str) -> Baseline {
         thread::sleep(Duration::from_millis(20))
     });
     let idle = cpu / secs;
-    let mut watch = OffsetWatch::new(&broker.bootstrap(), topic);
+    let mut watch = OffsetWatch::new(&broker.bootstrap(), topic, PARTITIONS);
     let mut poll = || {
         let _ = watch.latest();
         thread::sleep(Duration::from_millis(20));
@@ -881,48 +1229,51 @@ fn settle(ctx: &Ctx, broker: &Broker) -> (Instant, Option<f64>) {
     }
 }
 
-/// The fetch limit and every mirror of one case.
-fn run_case(
-    ctx: &Ctx,
-    kind: Kind,
-    net: Net,
-    batches: Batches,
-    source: &Broker,
-    target: &Broker,
-    ends: &[i64],
-) -> CaseResult {
-    let topic = batches.topic();
+/// The fetch limit (the bare fetch, over the WAN) and every mirror of one
+/// case.
+fn run_case(ctx: &Ctx, at: CaseAt<'_>, source: &Broker, target: &Broker, ends: &[i64]) -> CaseResult {
+    let CaseAt {
+        kind,
+        net,
+        spec,
+        index,
+        relay,
+    } = at;
+    let topic = spec.topic();
     println!(
-        "\n== {} {}, {} batches ({topic})",
+        "\n== {} {}, {} ({topic})",
         kind.title(),
         net.title(),
-        batches.name()
+        spec.describe()
     );
-    let (limit, tally) = match measure_fetch(ctx, &source.bootstrap(), &topic, ends) {
+    let (limit, tally) = match measure_fetch(ctx, &source.bootstrap(), &topic, ends, relay) {
         Ok((run, tally)) => (Ok(run), Some(tally)),
         Err(e) => (Err(e), None),
     };
-    print_run("fetch limit (strait-upstream)", &limit);
+    print_run(&format!("{} (strait-upstream)", limit_title(net)), &limit);
     if let Some(t) = &tally {
         println!(
             "  source batches: {} of {:.1} records, {:.0} B each on average ({:.1} MB for {:.1} MB of values, \
-             lz4 {:.2}:1)",
+             {} {:.2}:1)",
             t.batches,
             t.records as f64 / t.batches.max(1) as f64,
             t.bytes as f64 / t.batches.max(1) as f64,
             t.bytes as f64 / 1e6,
             mb(t.records),
+            spec.codec.name(),
             mb(t.records) * 1e6 / t.bytes.max(1) as f64
         );
     }
     let case = Case {
         kind,
-        net,
-        batches,
+        spec,
+        name: format!("{}-{}", net.name(), spec.name()),
+        topic: topic.clone(),
         source,
         target,
         ends,
         batch_bytes: tally.as_ref().map(|t| t.bytes),
+        relay,
     };
     // The order rotates from case to case: on a busy machine the first run
     // of a case was seen to cost the target more, whichever mirror it was.
@@ -933,31 +1284,32 @@ fn run_case(
         .copied()
         .filter(|p| p.runs_on(kind))
         .collect();
-    let case_index = match net {
-        Net::Lan => 0,
-        Net::Wan => ctx.knobs.batches.len(),
-    } + ctx.knobs.batches.iter().position(|b| *b == batches).unwrap_or(0);
     if !peers.is_empty() {
-        let n = case_index % peers.len();
+        let n = index % peers.len();
         peers.rotate_left(n);
     }
     let mut mirrors = Vec::new();
     for peer in peers {
-        let run = match peer {
-            Peer::Strait => run_strait_mirror(ctx, &case),
-            Peer::Mm2 => run_mm2(ctx, &case),
-            Peer::Rdkafka => run_rdkafka_mirror(ctx, &case),
-        };
+        let run = run_mirror(ctx, &case, peer);
         print_run(peer.title(), &run);
         mirrors.push((peer, run));
     }
     CaseResult {
         kind,
         net,
-        batches,
+        spec,
         limit,
         source_tally: tally,
         mirrors,
+    }
+}
+
+/// "fetch limit" on the LAN, "bare fetch" over the WAN (where the mirrors
+/// may go faster: see the module docs).
+fn limit_title(net: Net) -> &'static str {
+    match net {
+        Net::Lan => "fetch limit",
+        Net::Wan(_) => "bare fetch",
     }
 }
 
@@ -1055,20 +1407,22 @@ fn print_facts(ctx: &Ctx) {
         })
         .collect();
     println!(
-        "  data:    {} records x {RECORD_BYTES} B (no key; {RANDOM_BYTES} B random + text) over {PARTITIONS} \
-         partitions, librdkafka {librdkafka}, lz4, acks=all, idempotent; source batches {}",
+        "  data:    {} records x {RECORD_BYTES} B (no key; {RANDOM_BYTES} B random + text) per source topic, \
+         librdkafka {librdkafka}, acks=all, idempotent; LAN: {PARTITIONS} partitions, lz4, source batches {}{}",
         knobs.records,
-        batches.join(", ")
+        batches.join(", "),
+        if knobs.lan { "" } else { " (not run: MIRROR_BENCH_LAN=0)" }
     );
     println!(
         "  fetch:   {} MiB per partition, {} MiB per answer, max wait {FETCH_MAX_WAIT_MS} ms, read_committed \
-         (the mirror's; the limit keeps {} requests in flight on one connection)",
+         (the fetch limit's, MM2's and the librdkafka mirror's; Strait's mirror sizes its own; the limit keeps \
+         {} requests in flight on one connection)",
         FETCH_PARTITION_BYTES >> 20,
         FETCH_MAX_BYTES >> 20,
         knobs.limit_in_flight
     );
     println!(
-        "  MM2:     tasks.max={}, producer lz4, linger.ms=5, batch.size=1000000{}",
+        "  MM2:     tasks.max={}, producer with the source's compression, linger.ms=5, batch.size=1000000{}",
         knobs.mm2_tasks,
         if knobs.mm2_options.is_empty() {
             String::new()
@@ -1077,10 +1431,26 @@ fn print_facts(ctx: &Ctx) {
         }
     );
     if knobs.wan {
+        let links: Vec<String> = knobs
+            .wan_links
+            .iter()
+            .map(|l| format!("{} ({} Mbit/s)", l.title(), l.mb_s * 8))
+            .collect();
+        let partitions: Vec<String> = knobs.wan_partitions.iter().map(i32::to_string).collect();
+        let codecs: Vec<&str> = knobs.wan_codecs.iter().map(|c| c.name()).collect();
         println!(
-            "  WAN:     {} Mbit/s each way (tc tbf on a veth pair), {} ms round trip (delay relay), source \
-             behind it, mirrors and target on this side; latency at {} records/s for {} s",
-            knobs.wan_mbit, knobs.wan_rtt_ms, knobs.latency_rate, knobs.latency_secs
+            "  WAN:     links {} (round trip added by the delay relay, window {} per connection and \
+             direction; bandwidth each way by tc tbf on a veth pair), source behind it, mirrors and target on \
+             this side; per link large batches over {} partition(s), compression {}; latency of {} at {} \
+             records/s for {} s after {} s of warm-up",
+            links.join(", "),
+            window_text(knobs.wan_window),
+            partitions.join(", "),
+            codecs.join(", "),
+            names(knobs.latency_peers.iter().map(|p| p.title()).collect()),
+            knobs.latency_rate,
+            knobs.latency_secs,
+            knobs.latency_warmup
         );
     }
     if !knobs.cluster_options.is_empty() {
@@ -1090,8 +1460,9 @@ fn print_facts(ctx: &Ctx) {
         println!("  the Strait mirror gets: {}", knobs.mirror_options.join("; "));
     }
     println!(
-        "  MB = 10^6 B of record values; batch MB = 10^6 B of record batches as stored (lz4); rates and CPU \
-         per GB of the copy (first record on the target to last), start-up apart"
+        "  MB = 10^6 B of record values; batch MB = 10^6 B of record batches as stored on the source (what \
+         crosses the link); rates and CPU per GB of the copy (first record on the target to last), start-up \
+         apart"
     );
     println!();
 }
@@ -1407,6 +1778,18 @@ impl Broker {
 
 /// Writes `dir/server.properties` for a combined broker+controller node
 /// with a replication factor of 1 everywhere; returns its path.
+/// The JVM options and class path of Kafka's jars (the brokers and
+/// MirrorMaker 2), logging as the bench's log4j2 file says.
+fn kafka_jvm<'a>(ctx: &Ctx, cmd: &'a mut Command) -> &'a mut Command {
+    cmd.args(KAFKA_JVM_OPTS)
+        .arg(format!(
+            "-Dlog4j2.configurationFile={}",
+            ctx.work.join("log4j2.properties").display()
+        ))
+        .arg("-cp")
+        .arg(support::kafka::kafka_classpath())
+}
+
 fn write_kafka_properties(dir: &Path, port: u16, controller_port: u16, any_address: bool) -> Res<PathBuf> {
     let host = if any_address { "0.0.0.0" } else { "127.0.0.1" };
     let mut lines =
@@ -1453,14 +1836,8 @@ fn spawn_kafka(
         None => Command::new("java"),
     };
     cmd.arg(format!("-Xmx{}", ctx.knobs.kafka_heap))
-        .arg(format!("-Xms{}", ctx.knobs.kafka_heap))
-        .args(KAFKA_JVM_OPTS)
-        .arg(format!(
-            "-Dlog4j2.configurationFile={}",
-            ctx.work.join("log4j2.properties").display()
-        ))
-        .arg("-cp")
-        .arg(support::kafka::kafka_classpath())
+        .arg(format!("-Xms{}", ctx.knobs.kafka_heap));
+    kafka_jvm(ctx, &mut cmd)
         .arg("kafka.Kafka")
         .arg(properties)
         .env_remove("LD_LIBRARY_PATH")
@@ -1844,16 +2221,22 @@ fn fill_value(i: u64, buf: &mut [u8]) {
     }
 }
 
-/// The settings of every librdkafka producer here: lz4, acks=all,
-/// idempotence (so at most 5 requests in flight, as Java's), and the given
-/// batching.
-fn producer_config(bootstrap: &str, client_id: &str, linger_ms: u32, batch_bytes: u64) -> ClientConfig {
+/// The settings of every librdkafka producer here: acks=all, idempotence
+/// (so at most 5 requests in flight, as Java's), and the given compression
+/// and batching.
+fn producer_config(
+    bootstrap: &str,
+    client_id: &str,
+    codec: Codec,
+    linger_ms: u32,
+    batch_bytes: u64,
+) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", bootstrap)
         .set("client.id", client_id)
         .set("acks", "all")
         .set("enable.idempotence", "true")
-        .set("compression.type", "lz4")
+        .set("compression.type", codec.name())
         .set("linger.ms", linger_ms.to_string())
         .set("batch.size", batch_bytes.to_string())
         .set("message.timeout.ms", "120000");
@@ -1952,18 +2335,19 @@ fn wait_deliveries(deliveries: &Deliveries, count: u64) -> Res<()> {
     deliveries.check(count)
 }
 
-/// Produces `records` records round-robin into `topic`; returns the
-/// seconds it took.
-fn fill_source(bootstrap: &str, topic: &str, records: u64, linger_ms: u32, batch_bytes: u64) -> Res<f64> {
+/// Produces `records` records round-robin into the partitions of `topic`,
+/// batched and compressed as `spec` says; returns the seconds it took.
+fn fill_source(knobs: &Knobs, bootstrap: &str, topic: &str, records: u64, spec: Spec) -> Res<f64> {
+    let (linger_ms, batch_bytes) = spec.batches.producer(knobs);
     let producer: ThreadedProducer<Deliveries> =
-        producer_config(bootstrap, "mirror-bench-fill", linger_ms, batch_bytes)
+        producer_config(bootstrap, "mirror-bench-fill", spec.codec, linger_ms, batch_bytes)
             .create_with_context(Deliveries::default())
             .map_err(|e| format!("producer: {e}"))?;
     let start = Instant::now();
     let mut value = vec![0u8; RECORD_BYTES];
     for i in 0..records {
         fill_value(i, &mut value);
-        send_value(&producer, topic, (i % PARTITIONS as u64) as i32, &value)?;
+        send_value(&producer, topic, (i % spec.partitions as u64) as i32, &value)?;
     }
     wait_deliveries(producer.context(), records)?;
     Ok(start.elapsed().as_secs_f64())
@@ -1972,9 +2356,14 @@ fn fill_source(bootstrap: &str, topic: &str, records: u64, linger_ms: u32, batch
 /// Creates `topic` (replication factor 1), retrying for a while: a Kafka
 /// node just started may not take it at once.
 fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Res<()> {
+    create_topic_with(bootstrap, topic, partitions, &[])
+}
+
+/// [`create_topic`] with topic configs.
+fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) -> Res<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match try_create_topic(bootstrap, topic, partitions) {
+        match try_create_topic(bootstrap, topic, partitions, configs) {
             Ok(()) => return Ok(()),
             Err(e) if Instant::now() > deadline => return Err(e),
             Err(e) if e.contains("TopicAlreadyExists") || e.contains("already exists") => return Ok(()),
@@ -1983,7 +2372,7 @@ fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Res<()> {
     }
 }
 
-fn try_create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Res<()> {
+fn try_create_topic(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) -> Res<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("client.id", "mirror-bench-admin")
@@ -1993,7 +2382,10 @@ fn try_create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Res<()> {
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
-    let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let new_topic = configs.iter().fold(
+        NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
+        |t, (k, v)| t.set(k, v),
+    );
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20)));
     let results = runtime
         .block_on(async {
@@ -2018,18 +2410,18 @@ fn try_create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Res<()> {
 
 const LIST_OFFSETS_VERSION: i16 = 2;
 
-/// Latest offsets of every partition of `topic` (partition order), or
-/// `None` while the broker does not know the topic.
-fn latest_offsets(bootstrap: &str, topic: &str) -> Res<Option<Vec<i64>>> {
-    OffsetWatch::new(bootstrap, topic).latest()
+/// Latest offsets of every partition of `topic` (`partitions` of them, in
+/// partition order), or `None` while the broker does not know the topic.
+fn latest_offsets(bootstrap: &str, topic: &str, partitions: i32) -> Res<Option<Vec<i64>>> {
+    OffsetWatch::new(bootstrap, topic, partitions).latest()
 }
 
-/// Latest offsets of `topic`, waiting (up to 30 s) for every partition to
-/// have a leader.
-fn wait_offsets(bootstrap: &str, topic: &str) -> Res<Vec<i64>> {
+/// Latest offsets of `topic` (of `partitions` partitions), waiting (up to
+/// 30 s) for every partition to have a leader.
+fn wait_offsets(bootstrap: &str, topic: &str, partitions: i32) -> Res<Vec<i64>> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match latest_offsets(bootstrap, topic) {
+        match latest_offsets(bootstrap, topic, partitions) {
             Ok(Some(o)) => return Ok(o),
             Ok(None) if Instant::now() > deadline => return Err(format!("{topic}: unknown to {bootstrap}")),
             Err(e) if Instant::now() > deadline => return Err(e),
@@ -2042,15 +2434,17 @@ fn wait_offsets(bootstrap: &str, topic: &str) -> Res<Vec<i64>> {
 struct OffsetWatch {
     bootstrap: String,
     topic: String,
+    partitions: i32,
     stream: Option<TcpStream>,
     id: i32,
 }
 
 impl OffsetWatch {
-    fn new(bootstrap: &str, topic: &str) -> OffsetWatch {
+    fn new(bootstrap: &str, topic: &str, partitions: i32) -> OffsetWatch {
         OffsetWatch {
             bootstrap: bootstrap.to_owned(),
             topic: topic.to_owned(),
+            partitions,
             stream: None,
             id: 0,
         }
@@ -2080,7 +2474,7 @@ impl OffsetWatch {
             .with_topics(vec![ListOffsetsTopic::default()
                 .with_name(TopicName(StrBytes::from_string(self.topic.clone())))
                 .with_partitions(
-                    (0..PARTITIONS)
+                    (0..self.partitions)
                         .map(|p| {
                             ListOffsetsPartition::default()
                                 .with_partition_index(p)
@@ -2129,7 +2523,7 @@ impl OffsetWatch {
         }
         let answer =
             ListOffsetsResponse::decode(&mut cursor, LIST_OFFSETS_VERSION).map_err(|e| e.to_string())?;
-        let mut offsets = vec![-1i64; PARTITIONS as usize];
+        let mut offsets = vec![-1i64; self.partitions as usize];
         for t in &answer.topics {
             for p in &t.partitions {
                 match p.error_code {
@@ -2175,12 +2569,20 @@ impl std::ops::AddAssign for Tally {
 }
 
 /// Reads the whole topic with strait-upstream (see the module docs); the
-/// run per pass and one pass's tally.
-fn measure_fetch(ctx: &Ctx, bootstrap: &str, topic: &str, ends: &[i64]) -> Res<(Run, Tally)> {
+/// run per pass and one pass's tally. Over the WAN (`relay`), fails unless
+/// every batch it read crossed the link.
+fn measure_fetch(
+    ctx: &Ctx,
+    bootstrap: &str,
+    topic: &str,
+    ends: &[i64],
+    relay: Option<&Relay>,
+) -> Res<(Run, Tally)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
+    let relayed_before = relay.map(Relay::bytes_to_clients);
     let cpu_before = own_cpu(ctx.clk);
     let (tally, secs, passes) = runtime.block_on(fetch_all(
         bootstrap.to_owned(),
@@ -2193,15 +2595,32 @@ fn measure_fetch(ctx: &Ctx, bootstrap: &str, topic: &str, ends: &[i64]) -> Res<(
         (Some(b), Some(a)) => Some((a - b) / passes as f64),
         _ => None,
     };
+    let mut detail = format!(
+        "per pass, mean of {passes}; CPU: this bench's process (the reader, and over the WAN the delay \
+         relay's threads), not the source broker's"
+    );
+    if let (Some(relay), Some(before)) = (relay, relayed_before) {
+        // The passes and the unmeasured one before them.
+        let read = tally.bytes * (passes + 1);
+        let crossed = relay.bytes_to_clients() - before;
+        if crossed < read {
+            return Err(format!(
+                "read {read} B of batches but only {crossed} B crossed the link: not read through the relay"
+            ));
+        }
+        let _ = write!(
+            detail,
+            "; {:.1} MB crossed the link for {:.1} MB of batches read",
+            crossed as f64 / 1e6,
+            read as f64 / 1e6
+        );
+    }
     let run = Run {
         records: tally.records,
         batch_bytes: Some(tally.bytes),
         secs,
         cpu,
-        detail: format!(
-            "per pass, mean of {passes}; CPU: this bench's process (the reader, and over the WAN the \
-             delay relay's threads), not the source broker's"
-        ),
+        detail,
         ..Run::default()
     };
     Ok((run, tally))
@@ -2274,14 +2693,16 @@ async fn fetch_all(
     Ok((per_pass, secs / passes as f64, passes))
 }
 
-/// One read of the whole topic, the partitions split between `in_flight`
-/// tasks.
+/// One read of the whole topic (its partitions are `ends`' indices), the
+/// partitions split between `in_flight` tasks (as many as there are
+/// partitions at most).
 async fn read_all(connection: &Connection, topic: &str, ends: &[i64], in_flight: usize) -> Res<Tally> {
     let mut tasks = tokio::task::JoinSet::new();
+    let in_flight = in_flight.clamp(1, ends.len().max(1));
     for k in 0..in_flight {
-        let mine: Vec<(i32, i64)> = (0..PARTITIONS)
-            .filter(|p| *p as usize % in_flight == k)
-            .map(|p| (p, ends[p as usize]))
+        let mine: Vec<(i32, i64)> = (0..ends.len())
+            .filter(|p| p % in_flight == k)
+            .map(|p| (p as i32, ends[p]))
             .collect();
         tasks.spawn(fetch_partitions(connection.clone(), topic.to_owned(), mine));
     }
@@ -2377,33 +2798,36 @@ async fn fetch_partitions(connection: Connection, topic: String, partitions: Vec
 /// One case: what a mirror copies, from where to where.
 struct Case<'a> {
     kind: Kind,
-    net: Net,
-    batches: Batches,
+    /// How the source topic was written (the mirrors' producers compress
+    /// as it was).
+    spec: Spec,
+    /// "lan-small", "wan-50ms-50mb-large-p1-none": part of the mirrors' and
+    /// the target topics' names.
+    name: String,
+    /// The source topic.
+    topic: String,
     source: &'a Broker,
     target: &'a Broker,
-    /// The source topic's end offsets.
+    /// The source topic's end offsets, one per partition.
     ends: &'a [i64],
     /// Bytes of the source topic's batches (from the fetch limit).
     batch_bytes: Option<u64>,
+    /// The source's delay relay, over the WAN.
+    relay: Option<&'a Relay>,
 }
 
 impl Case<'_> {
-    fn topic(&self) -> String {
-        self.batches.topic()
-    }
-
-    /// "lan-small": part of the mirrors' and the target topics' names.
-    fn name(&self) -> String {
-        format!("{}-{}", self.net.name(), self.batches.name())
-    }
-
     /// "kafka-lan-small": part of file names.
     fn tag(&self) -> String {
-        format!("{}-{}", self.kind.name(), self.name())
+        format!("{}-{}", self.kind.name(), self.name)
     }
 
     fn records(&self) -> u64 {
         self.ends.iter().sum::<i64>() as u64
+    }
+
+    fn partitions(&self) -> i32 {
+        self.ends.len() as i32
     }
 }
 
@@ -2429,7 +2853,7 @@ fn wait_mirrored(
 ) -> Res<Completion> {
     let ends = case.ends;
     let total: i64 = ends.iter().sum();
-    let mut watch = OffsetWatch::new(&case.target.bootstrap(), topic);
+    let mut watch = OffsetWatch::new(&case.target.bootstrap(), topic, case.partitions());
     let mut first: Option<First> = None;
     let mut half: Option<First> = None;
     let mut polls = 0;
@@ -2526,11 +2950,25 @@ fn measure_mirror(
     settle(ctx, case.target);
     let target_before = case.target.cpu(ctx.clk);
     let watch = CpuWatch::start(&[case.source, case.target], ctx.clk);
+    let relayed_before = case.relay.map(Relay::bytes_to_clients);
     let start = Instant::now();
     let mut proc = spawn()?;
     let done = wait_mirrored(ctx, case, topic, &mut proc, start)?;
     let cpu = proc.cpu(ctx.clk);
     let mut detail = watch.describe(cpu);
+    if let (Some(relay), Some(before)) = (case.relay, relayed_before) {
+        let crossed = relay.bytes_to_clients() - before;
+        let _ = write!(
+            detail,
+            "\nthe link carried {:.1} MB to this side meanwhile, for {} MB of source batches{}",
+            crossed as f64 / 1e6,
+            opt(case.batch_bytes.map(|b| b as f64 / 1e6), 1),
+            match case.batch_bytes {
+                Some(b) if crossed < b => " (less: not read across the link?)",
+                _ => "",
+            }
+        );
+    }
     let (quiet, target_after) = settle(ctx, case.target);
     let until_quiet = quiet.duration_since(start).as_secs_f64();
     let tail = (until_quiet - done.secs).max(0.0);
@@ -2562,11 +3000,12 @@ fn measure_mirror(
     Ok((run, proc))
 }
 
-/// Creates a mirror's target topic beforehand (16 partitions) and waits for
-/// its leaders, so that no mirror pays for topic creation in its run.
+/// Creates a mirror's target topic beforehand (the source's partitions)
+/// and waits for its leaders, so that no mirror pays for topic creation in
+/// its run.
 fn create_target_topic(case: &Case<'_>, topic: &str) -> Res<()> {
-    create_topic(&case.target.bootstrap(), topic, PARTITIONS)?;
-    wait_offsets(&case.target.bootstrap(), topic)?;
+    create_topic(&case.target.bootstrap(), topic, case.partitions())?;
+    wait_offsets(&case.target.bootstrap(), topic, case.partitions())?;
     Ok(())
 }
 
@@ -2653,54 +3092,155 @@ impl StraitMirror {
         )?;
         Ok(StraitMirror { proc, admin_port })
     }
+}
 
-    fn metrics(&self) -> Res<String> {
-        http_get(self.admin_port, "/metrics")
+/// A mirror's target topic for `case`.
+fn target_topic(peer: Peer, case: &Case<'_>) -> String {
+    format!("{}-{}.{}", peer.name(), case.name, case.topic)
+}
+
+/// A mirror process just started, and the Strait mirror's admin port.
+struct Spawned {
+    proc: Proc,
+    admin_port: Option<u16>,
+}
+
+/// Starts `peer` copying the case's topic into `topic` on the target:
+///
+/// - `strait mirror --config FILE`;
+/// - MirrorMaker 2 (`org.apache.kafka.connect.mirror.MirrorMaker`, see
+///   [`mm2_properties`]), its source cluster's alias `mm2-NAME`, so that it
+///   writes into `mm2-NAME.TOPIC` (the default replication policy);
+/// - this binary as `child-rdkafka-mirror`, which waits for its stdin to
+///   close before it exits, so that its CPU time can be read when the
+///   target is complete.
+fn spawn_mirror(ctx: &Ctx, case: &Case<'_>, peer: Peer, topic: &str) -> Res<Spawned> {
+    match peer {
+        Peer::Strait => {
+            let m = StraitMirror::spawn(
+                ctx,
+                &case.source.bootstrap(),
+                &case.target.bootstrap(),
+                &case.name,
+                &case.topic,
+                &case.tag(),
+            )?;
+            Ok(Spawned {
+                proc: m.proc,
+                admin_port: Some(m.admin_port),
+            })
+        }
+        Peer::Mm2 => {
+            let alias = format!("mm2-{}", case.name);
+            debug_assert_eq!(format!("{alias}.{}", case.topic), topic);
+            let properties = ctx.work.join(format!("{}-mm2.properties", case.tag()));
+            fs::write(&properties, mm2_properties(ctx, case, &alias))
+                .map_err(|e| format!("writing {}: {e}", properties.display()))?;
+            let mut cmd = Command::new("java");
+            cmd.args(MM2_HEAP);
+            kafka_jvm(ctx, &mut cmd)
+                .arg("org.apache.kafka.connect.mirror.MirrorMaker")
+                .arg(&properties)
+                .env_remove("LD_LIBRARY_PATH")
+                .current_dir(&ctx.work)
+                .stdin(Stdio::null());
+            let proc = Proc::spawn(
+                cmd,
+                "MirrorMaker 2",
+                ctx.work.join(format!("{}-mm2.log", case.tag())),
+                Some(&properties),
+            )?;
+            Ok(Spawned {
+                proc,
+                admin_port: None,
+            })
+        }
+        Peer::Rdkafka => {
+            let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+            let mut cmd = Command::new(exe);
+            cmd.args([
+                "child-rdkafka-mirror",
+                &case.source.bootstrap(),
+                &case.target.bootstrap(),
+                &case.topic,
+                topic,
+                &case.records().to_string(),
+                &ctx.knobs.batch_bytes.to_string(),
+                &case.partitions().to_string(),
+                case.spec.codec.name(),
+            ])
+            .stdin(Stdio::piped())
+            .current_dir(&ctx.work);
+            let proc = Proc::spawn(
+                cmd,
+                "librdkafka mirror",
+                ctx.work.join(format!("{}-rdkafka.log", case.tag())),
+                None,
+            )?;
+            Ok(Spawned {
+                proc,
+                admin_port: None,
+            })
+        }
     }
 }
 
-/// Runs `strait mirror` until the target holds every record.
-fn run_strait_mirror(ctx: &Ctx, case: &Case<'_>) -> Res<Run> {
-    let name = case.name();
-    let topic = format!("strait-{name}.{}", case.topic());
+/// Stops a mirror the way each exits best; a note on how it went.
+fn stop_mirror(peer: Peer, proc: &mut Proc) -> String {
+    let stopped = match peer {
+        Peer::Strait => proc.stop(),
+        Peer::Mm2 => proc.stop_within(Duration::from_secs(60)),
+        Peer::Rdkafka => {
+            // It exits once its stdin closes (it has flushed by then).
+            let started = Instant::now();
+            drop(proc.child.stdin.take());
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while proc.exited().is_none() && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(20));
+            }
+            if proc.exited().is_none() {
+                proc.stop()
+            } else {
+                Ok(started.elapsed())
+            }
+        }
+    };
+    match stopped {
+        Ok(took) => format!("exited {:.1} s after it was told to", took.as_secs_f64()),
+        Err(e) => e,
+    }
+}
+
+/// Runs `peer` until the target holds every record of the case (see
+/// [`measure_mirror`]), then stops it and counts the target's batches.
+fn run_mirror(ctx: &Ctx, case: &Case<'_>, peer: Peer) -> Res<Run> {
+    let topic = target_topic(peer, case);
     create_target_topic(case, &topic)?;
-    let mut admin_port = 0;
-    let (mut run, proc) = measure_mirror(ctx, case, &topic, || {
-        let m = StraitMirror::spawn(
-            ctx,
-            &case.source.bootstrap(),
-            &case.target.bootstrap(),
-            &name,
-            &case.topic(),
-            &case.tag(),
-        )?;
-        admin_port = m.admin_port;
-        Ok(m.proc)
+    let mut admin_port = None;
+    let (mut run, mut proc) = measure_mirror(ctx, case, &topic, || {
+        let spawned = spawn_mirror(ctx, case, peer, &topic)?;
+        admin_port = spawned.admin_port;
+        Ok(spawned.proc)
     })?;
-    let mut mirror = StraitMirror { proc, admin_port };
-    match mirror.metrics() {
-        Ok(m) => {
-            let records = metric_sum(&m, "strait_mirror_records_total{");
-            let reencoded = metric_sum_with(&m, "strait_mirror_batches_total{", "reencoded");
-            let passed = metric_sum(&m, "strait_mirror_batches_total{") - reencoded;
-            let errors = metric_sum(&m, "strait_mirror_errors_total{");
-            let _ = write!(
-                run.detail,
-                "\nmirror /metrics: {records:.0} records, {passed:.0} batches passed through, {reencoded:.0} re-encoded, {errors:.0} errors"
-            );
-        }
-        Err(e) => {
-            let _ = write!(run.detail, "\nmirror /metrics: {e}");
-        }
-    }
-    match mirror.proc.stop() {
-        Ok(took) => {
-            let _ = write!(run.detail, "; exited {:.1} s after SIGTERM", took.as_secs_f64());
-        }
-        Err(e) => {
-            let _ = write!(run.detail, "; {e}");
+    if let Some(port) = admin_port {
+        match http_get(port, "/metrics") {
+            Ok(m) => {
+                let records = metric_sum(&m, "strait_mirror_records_total{");
+                let reencoded = metric_sum_with(&m, "strait_mirror_batches_total{", "reencoded");
+                let passed = metric_sum(&m, "strait_mirror_batches_total{") - reencoded;
+                let errors = metric_sum(&m, "strait_mirror_errors_total{");
+                let _ = write!(
+                    run.detail,
+                    "\nmirror /metrics: {records:.0} records, {passed:.0} batches passed through, {reencoded:.0} \
+                     re-encoded, {errors:.0} errors"
+                );
+            }
+            Err(e) => {
+                let _ = write!(run.detail, "\nmirror /metrics: {e}");
+            }
         }
     }
+    let _ = write!(run.detail, "\n{}", stop_mirror(peer, &mut proc));
     tally_target(case, &topic, &mut run);
     Ok(run)
 }
@@ -2715,7 +3255,7 @@ fn mm2_properties(ctx: &Ctx, case: &Case<'_>, alias: &str) -> String {
         format!("{alias}.bootstrap.servers = {}", case.source.bootstrap()),
         format!("dst.bootstrap.servers = {}", case.target.bootstrap()),
         format!("{alias}->dst.enabled = true"),
-        format!("{alias}->dst.topics = {}", case.topic()),
+        format!("{alias}->dst.topics = {}", case.topic),
         format!("tasks.max = {}", knobs.mm2_tasks),
         // A single broker on each side.
         "replication.factor = 1".into(),
@@ -2737,13 +3277,14 @@ fn mm2_properties(ctx: &Ctx, case: &Case<'_>, alias: &str) -> String {
         // than by scanning every jar (twice).
         "plugin.discovery = service_load".into(),
         "dst.plugin.discovery = service_load".into(),
-        // The source consumer with the mirror's fetch settings.
+        // The source consumer with the fetch limit's fetch settings.
         format!("{alias}.consumer.fetch.max.bytes = {FETCH_MAX_BYTES}"),
         format!("{alias}.consumer.max.partition.fetch.bytes = {FETCH_PARTITION_BYTES}"),
         format!("{alias}.consumer.fetch.max.wait.ms = {FETCH_MAX_WAIT_MS}"),
         format!("{alias}.consumer.isolation.level = read_committed"),
-        // The producer re-batching into large lz4 batches.
-        "dst.producer.compression.type = lz4".into(),
+        // The producer re-batching into large batches, compressed as the
+        // source was.
+        format!("dst.producer.compression.type = {}", case.spec.codec.name()),
         format!("dst.producer.linger.ms = {LARGE_LINGER_MS}"),
         format!("dst.producer.batch.size = {}", knobs.batch_bytes),
     ];
@@ -2751,95 +3292,18 @@ fn mm2_properties(ctx: &Ctx, case: &Case<'_>, alias: &str) -> String {
     lines.join("\n") + "\n"
 }
 
-/// Runs MirrorMaker 2 until the target holds every record.
-fn run_mm2(ctx: &Ctx, case: &Case<'_>) -> Res<Run> {
-    let alias = format!("mm2-{}", case.name());
-    let topic = format!("{alias}.{}", case.topic());
-    create_target_topic(case, &topic)?;
-    let properties = ctx.work.join(format!("{}-mm2.properties", case.tag()));
-    fs::write(&properties, mm2_properties(ctx, case, &alias))
-        .map_err(|e| format!("writing {}: {e}", properties.display()))?;
-    let (mut run, mut proc) = measure_mirror(ctx, case, &topic, || {
-        let mut cmd = Command::new("java");
-        cmd.args(MM2_HEAP)
-            .args(KAFKA_JVM_OPTS)
-            .arg(format!(
-                "-Dlog4j2.configurationFile={}",
-                ctx.work.join("log4j2.properties").display()
-            ))
-            .arg("-cp")
-            .arg(support::kafka::kafka_classpath())
-            .arg("org.apache.kafka.connect.mirror.MirrorMaker")
-            .arg(&properties)
-            .env_remove("LD_LIBRARY_PATH")
-            .current_dir(&ctx.work)
-            .stdin(Stdio::null());
-        Proc::spawn(
-            cmd,
-            "MirrorMaker 2",
-            ctx.work.join(format!("{}-mm2.log", case.tag())),
-            Some(&properties),
-        )
-    })?;
-    match proc.stop_within(Duration::from_secs(60)) {
-        Ok(took) => {
-            let _ = write!(run.detail, "\nexited {:.1} s after SIGTERM", took.as_secs_f64());
-        }
-        Err(e) => {
-            let _ = write!(run.detail, "\n{e}");
-        }
-    }
-    tally_target(case, &topic, &mut run);
-    Ok(run)
-}
-
-/// Runs the librdkafka mirror (this binary, `child-rdkafka-mirror`) until
-/// the target holds every record.
-fn run_rdkafka_mirror(ctx: &Ctx, case: &Case<'_>) -> Res<Run> {
-    let topic = format!("rdkafka-{}.{}", case.name(), case.topic());
-    create_target_topic(case, &topic)?;
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let (mut run, mut proc) = measure_mirror(ctx, case, &topic, || {
-        let mut cmd = Command::new(exe);
-        cmd.args([
-            "child-rdkafka-mirror",
-            &case.source.bootstrap(),
-            &case.target.bootstrap(),
-            &case.topic(),
-            &topic,
-            &case.records().to_string(),
-            &ctx.knobs.batch_bytes.to_string(),
-        ])
-        // The child waits for its stdin to close before it exits, so that
-        // its CPU time can be read when the target is complete.
-        .stdin(Stdio::piped())
-        .current_dir(&ctx.work);
-        Proc::spawn(
-            cmd,
-            "librdkafka mirror",
-            ctx.work.join(format!("{}-rdkafka.log", case.tag())),
-            None,
-        )
-    })?;
-    drop(proc.child.stdin.take());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while proc.exited().is_none() && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
-    tally_target(case, &topic, &mut run);
-    Ok(run)
-}
-
 /// The librdkafka mirror, in a child process: args SOURCE TARGET TOPIC
-/// TARGET_TOPIC RECORDS BATCH_BYTES.
+/// TARGET_TOPIC RECORDS BATCH_BYTES PARTITIONS CODEC.
 fn child_rdkafka_mirror(args: &[String]) -> Res<()> {
-    let [source, target, topic, target_topic, records, batch_bytes] = args else {
+    let [source, target, topic, target_topic, records, batch_bytes, partitions, codec] = args else {
         return Err(format!(
-            "child-rdkafka-mirror: 6 arguments expected, got {args:?}"
+            "child-rdkafka-mirror: 8 arguments expected, got {args:?}"
         ));
     };
     let records: u64 = records.parse().map_err(|e| format!("records: {e}"))?;
     let batch_bytes: u64 = batch_bytes.parse().map_err(|e| format!("batch bytes: {e}"))?;
+    let partitions: i32 = partitions.parse().map_err(|e| format!("partitions: {e}"))?;
+    let codec = Codec::parse(codec).ok_or_else(|| format!("compression {codec:?}: unknown"))?;
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", source)
         .set("client.id", "mirror-bench-rdkafka-mirror")
@@ -2866,13 +3330,14 @@ fn child_rdkafka_mirror(args: &[String]) -> Res<()> {
     let producer: BaseProducer<Deliveries> = producer_config(
         target,
         "mirror-bench-rdkafka-mirror",
+        codec,
         LARGE_LINGER_MS,
         batch_bytes,
     )
     .create_with_context(Deliveries::default())
     .map_err(|e| format!("producer: {e}"))?;
     let mut assignment = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
+    for p in 0..partitions {
         assignment
             .add_partition_offset(topic, p, Offset::Beginning)
             .map_err(|e| e.to_string())?;
@@ -2957,7 +3422,9 @@ fn wait_deliveries_polling(producer: &BaseProducer<Deliveries>, count: u64) -> R
 }
 
 /// The latency run's producer, in a child process inside the sources'
-/// network namespace: args BOOTSTRAP TOPIC RATE SECS BATCH_BYTES.
+/// network namespace: args BOOTSTRAP TOPIC RATE SECS BATCH_BYTES. Writes a
+/// probe record into each partition first, then waits for the line "go"
+/// on its stdin before the records it times.
 fn child_rate_producer(args: &[String]) -> Res<()> {
     let [bootstrap, topic, rate, secs, batch_bytes] = args else {
         return Err(format!("child-rate-producer: 5 arguments expected, got {args:?}"));
@@ -2965,16 +3432,37 @@ fn child_rate_producer(args: &[String]) -> Res<()> {
     let rate: u64 = rate.parse().map_err(|e| format!("rate: {e}"))?;
     let secs: u64 = secs.parse().map_err(|e| format!("secs: {e}"))?;
     let batch_bytes: u64 = batch_bytes.parse().map_err(|e| format!("batch bytes: {e}"))?;
-    let producer: ThreadedProducer<Deliveries> =
-        producer_config(bootstrap, "mirror-bench-rate", LARGE_LINGER_MS, batch_bytes)
-            .create_with_context(Deliveries::default())
-            .map_err(|e| format!("producer: {e}"))?;
+    let producer: ThreadedProducer<Deliveries> = producer_config(
+        bootstrap,
+        "mirror-bench-rate",
+        Codec::Lz4,
+        LARGE_LINGER_MS,
+        batch_bytes,
+    )
+    .create_with_context(Deliveries::default())
+    .map_err(|e| format!("producer: {e}"))?;
     producer
         .client()
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .map_err(|e| format!("metadata: {e}"))?;
-    let total = rate * secs;
+    // The probes (one record per partition), which also get the producer
+    // its id and connection before anything is timed.
     let mut value = vec![0u8; RECORD_BYTES];
+    for i in 0..PROBES {
+        fill_value((1 << 41) + i, &mut value);
+        send_value(&producer, topic, (i % PARTITIONS as u64) as i32, &value)?;
+    }
+    wait_deliveries(producer.context(), PROBES)?;
+    println!("rate producer: {PROBES} probe records delivered");
+    let _ = std::io::stdout().flush();
+    let mut go = String::new();
+    std::io::stdin()
+        .read_line(&mut go)
+        .map_err(|e| format!("stdin: {e}"))?;
+    if go.trim() != "go" {
+        return Err(format!("told {go:?} rather than \"go\": no records produced"));
+    }
+    let total = rate * secs;
     let start = Instant::now();
     let mut late = Duration::ZERO;
     for i in 0..total {
@@ -2988,7 +3476,7 @@ fn child_rate_producer(args: &[String]) -> Res<()> {
         fill_value((1 << 40) + i, &mut value);
         send_value(&producer, topic, (i % PARTITIONS as u64) as i32, &value)?;
     }
-    wait_deliveries(producer.context(), total)?;
+    wait_deliveries(producer.context(), PROBES + total)?;
     println!(
         "rate producer: {total} records in {:.2} s (at most {:.1} ms behind schedule), all delivered",
         start.elapsed().as_secs_f64(),
@@ -3078,9 +3566,15 @@ fn histogram_quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Op
 struct Wan {
     ns: String,
     veth: String,
+    /// The namespace's end of the veth pair.
+    peer: String,
     /// The namespace's end of the veth pair has `SUBNET.2`.
     subnet: String,
     relays: Vec<Relay>,
+    /// The link now.
+    link: Link,
+    /// Each relay's window.
+    window: u64,
 }
 
 fn sh(args: &[&str]) -> Res<()> {
@@ -3098,6 +3592,15 @@ fn sh(args: &[&str]) -> Res<()> {
     Ok(())
 }
 
+/// "6 MiB" (or "none" for 0).
+fn window_text(bytes: u64) -> String {
+    match bytes {
+        0 => "none".into(),
+        b if b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b => format!("{b} B"),
+    }
+}
+
 impl Wan {
     fn setup(knobs: &Knobs) -> Res<Wan> {
         if !rustix::process::geteuid().is_root() {
@@ -3112,12 +3615,12 @@ impl Wan {
         let mut wan = Wan {
             ns: ns.clone(),
             veth: veth.clone(),
+            peer: peer.clone(),
             subnet: subnet.clone(),
             relays: Vec::new(),
+            link: knobs.wan_links[0],
+            window: knobs.wan_window,
         };
-        let rate = format!("{}mbit", knobs.wan_mbit);
-        // tbf's bucket: 5 ms of the rate, at least 64 KiB (a GSO segment).
-        let burst = (knobs.wan_mbit * 1_000_000 / 8 / 200).max(64 << 10).to_string();
         let steps: Vec<Vec<String>> = vec![
             vec!["ip", "netns", "add", &ns],
             vec!["ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer],
@@ -3136,36 +3639,49 @@ impl Wan {
             ],
             vec!["ip", "-n", &ns, "link", "set", &peer, "up"],
             vec!["ip", "-n", &ns, "link", "set", "lo", "up"],
-            vec![
-                "tc", "qdisc", "add", "dev", &veth, "root", "tbf", "rate", &rate, "burst", &burst, "latency",
-                "100ms",
-            ],
-            vec![
-                "ip", "netns", "exec", &ns, "tc", "qdisc", "add", "dev", &peer, "root", "tbf", "rate", &rate,
-                "burst", &burst, "latency", "100ms",
-            ],
         ]
         .into_iter()
         .map(|v| v.into_iter().map(str::to_owned).collect())
         .collect();
         for step in &steps {
             let args: Vec<&str> = step.iter().map(String::as_str).collect();
-            if let Err(e) = sh(&args) {
-                wan.teardown();
-                return Err(format!("cannot build the emulated WAN: {e}"));
-            }
+            sh(&args).map_err(|e| format!("cannot build the emulated WAN: {e}"))?;
         }
+        wan.set_link(wan.link)
+            .map_err(|e| format!("cannot build the emulated WAN: {e}"))?;
         Ok(wan)
+    }
+
+    /// Makes the link `link` from now on: `tc qdisc replace` of the tbf on
+    /// both ends of the veth pair, and the relays' one-way delay for the
+    /// bytes they read from now on (every mirror run and bare fetch opens
+    /// its own connections after this).
+    fn set_link(&mut self, link: Link) -> Res<()> {
+        let rate = format!("{}mbit", link.mb_s * 8);
+        // tbf's bucket: 5 ms of the rate, at least 64 KiB (a GSO segment).
+        let burst = (link.mb_s * 1_000_000 / 200).max(64 << 10).to_string();
+        let tbf = ["root", "tbf", "rate", &rate, "burst", &burst, "latency", "100ms"];
+        let mut here = vec!["tc", "qdisc", "replace", "dev", &self.veth];
+        here.extend(tbf);
+        sh(&here)?;
+        let mut there = vec![
+            "ip", "netns", "exec", &self.ns, "tc", "qdisc", "replace", "dev", &self.peer,
+        ];
+        there.extend(tbf);
+        sh(&there)?;
+        for relay in &self.relays {
+            relay.set_delay(link.one_way());
+        }
+        self.link = link;
+        Ok(())
     }
 
     /// A delay relay on a free loopback port here, to the same port inside
     /// the namespace (where every port is free): a source started there on
     /// that port is reached through it. Returns the port.
-    fn expose(&mut self, knobs: &Knobs) -> u16 {
-        let relay = Relay::start(
-            ([127, 0, 0, 1], 9).into(),
-            Duration::from_micros(knobs.wan_rtt_ms * 1000 / 2),
-        );
+    fn expose(&mut self) -> u16 {
+        let relay = Relay::start(([127, 0, 0, 1], 9).into(), self.link.one_way());
+        relay.set_window(self.window);
         let port = relay.port();
         let inside: SocketAddr = format!("{}.2:{port}", self.subnet)
             .parse()
@@ -3173,6 +3689,11 @@ impl Wan {
         relay.retarget(inside);
         self.relays.push(relay);
         port
+    }
+
+    /// The relay on `port`.
+    fn relay(&self, port: u16) -> Option<&Relay> {
+        self.relays.iter().find(|r| r.port() == port)
     }
 
     fn teardown(&mut self) {
@@ -3201,12 +3722,16 @@ fn bound(b: Option<f64>) -> String {
     }
 }
 
+/// What a latency run measured: read beside the target minus the source's
+/// append time,
+/// in ms.
 #[derive(Debug, Clone)]
 struct Latency {
     records: u64,
     p50: f64,
     p99: f64,
     max: f64,
+    /// The Strait mirror's own histogram's bounds.
     hist_p50: Option<f64>,
     hist_p99: Option<f64>,
     detail: String,
@@ -3218,51 +3743,168 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Records produced at a fixed rate in the source's datacenter into a
-/// fresh topic that a Strait mirror copies, read on the target's side:
-/// read time minus CreateTime.
-fn latency_run(ctx: &Ctx, wan: &Wan, port: u16, source: &Broker, target: &Broker) -> Res<Latency> {
+/// A probe record per partition of a latency run's topic, before the
+/// measured records: once the consumer beside the target has read them all,
+/// the mirror runs every partition, the consumer fetches from each, and the
+/// producer has its id and connection.
+const PROBES: u64 = PARTITIONS as u64;
+
+/// One mirror's replication latency over the link: records produced at a
+/// fixed rate in the source's datacenter (`child-rate-producer`, inside the
+/// namespace) into a fresh topic that `peer` copies (once the probe record
+/// of every partition has come through), read by a librdkafka consumer on
+/// the target's side: the time it reads each minus the source's append time.
+fn latency_run(
+    ctx: &Ctx,
+    wan: &Wan,
+    port: u16,
+    link: Link,
+    peer: Peer,
+    source: &Broker,
+    target: &Broker,
+) -> Res<Latency> {
     let knobs = &ctx.knobs;
-    create_topic(&source.bootstrap(), LATENCY_TOPIC, PARTITIONS)?;
-    wait_offsets(&source.bootstrap(), LATENCY_TOPIC)?;
-    // The target topic too, with its leaders elected: partitions of a topic
-    // the mirror has just created retry (with back-off) while they have
-    // none, and would measure that instead.
-    let topic = format!("strait-wan-latency.{LATENCY_TOPIC}");
-    create_topic(&target.bootstrap(), &topic, PARTITIONS)?;
-    let from = wait_offsets(&target.bootstrap(), &topic)?;
-    let tag = format!("{}-wan-latency", source.kind.name());
-    let mut mirror = StraitMirror::spawn(
-        ctx,
+    let net = Net::Wan(link);
+    let spec = Spec::lan(Batches::Large);
+    let name = format!("{}-latency", net.name());
+    let topic = format!("{LATENCY_TOPIC}-{}-{}", link.name(), peer.name());
+    // Timestamps of the source's own append: latency is what the link and
+    // the mirror add, not the producer's linger or its produce.
+    create_topic_with(
         &source.bootstrap(),
-        &target.bootstrap(),
-        "wan-latency",
-        LATENCY_TOPIC,
-        &tag,
+        &topic,
+        PARTITIONS,
+        &[("message.timestamp.type", "LogAppendTime")],
     )?;
-    // Every partition of the mirror running before records come.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let running = mirror
-            .metrics()
-            .map(|m| metric_sum_with(&m, "strait_mirror_partition_status{", "status=\"running\""))
-            .unwrap_or(0.0);
-        if running >= PARTITIONS as f64 {
-            break;
-        }
-        if let Some(gone) = mirror.proc.gone() {
-            return Err(gone);
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "{running} of {PARTITIONS} mirror partitions running after 60 s; {}",
-                log_tail(&mirror.proc.log, 8)
-            ));
-        }
-        thread::sleep(Duration::from_millis(100));
+    wait_offsets(&source.bootstrap(), &topic, PARTITIONS)?;
+    // Per partition: its probe, then its share of the rate producer's
+    // (the warm-up's and the measured ones).
+    let total = knobs.latency_rate * (knobs.latency_warmup + knobs.latency_secs);
+    let parts = PARTITIONS as u64;
+    let ends: Vec<i64> = (0..parts)
+        .map(|p| (1 + (total + parts - 1 - p) / parts) as i64)
+        .collect();
+    let case = Case {
+        kind: source.kind,
+        spec,
+        name,
+        topic: topic.clone(),
+        source,
+        target,
+        ends: &ends,
+        batch_bytes: None,
+        relay: wan.relay(port),
+    };
+    // The target topic with its leaders elected beforehand: partitions of a
+    // topic a mirror has just created retry (with back-off) while they have
+    // none, and would measure that instead.
+    let copy = target_topic(peer, &case);
+    create_target_topic(&case, &copy)?;
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &wan.ns])
+        .arg(exe)
+        .args([
+            "child-rate-producer",
+            &format!("127.0.0.1:{port}"),
+            &topic,
+            &knobs.latency_rate.to_string(),
+            &(knobs.latency_warmup + knobs.latency_secs).to_string(),
+            &knobs.batch_bytes.to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .current_dir(&ctx.work);
+    let mut producer = Proc::spawn(
+        cmd,
+        "rate producer",
+        ctx.work
+            .join(format!("{}-{}-rate-producer.log", case.tag(), peer.name())),
+        None,
+    )?;
+    let consumer = latency_consumer(&target.bootstrap(), &copy, PARTITIONS)?;
+    let mut mirror = spawn_mirror(ctx, &case, peer, &copy)?;
+    read_probes(&consumer, PARTITIONS, &mut mirror.proc, &mut producer)?;
+    let metrics = |m: &Spawned| -> Option<Vec<(f64, f64)>> {
+        let text = http_get(m.admin_port?, "/metrics").ok()?;
+        Some(histogram(&text, "strait_mirror_replication_latency_seconds"))
+    };
+    let histogram_before = metrics(&mirror);
+    let mirror_cpu = mirror.proc.cpu(ctx.clk);
+    let mut go = producer
+        .child
+        .stdin
+        .take()
+        .ok_or("the rate producer's stdin is gone")?;
+    go.write_all(b"go\n")
+        .map_err(|e| format!("telling the rate producer to go: {e}"))?;
+    drop(go);
+    let latencies = read_latencies(&consumer, total, &mut producer, &mut mirror.proc)?;
+    let histogram_after = metrics(&mirror);
+    let mirror_cpu = match (mirror_cpu, mirror.proc.cpu(ctx.clk)) {
+        (Some(b), Some(a)) => format!("{:.2}", a - b),
+        _ => "?".into(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while producer.exited().is_none() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
     }
+    let produced = fs::read_to_string(&producer.log).unwrap_or_default();
+    let stopped = stop_mirror(peer, &mut mirror.proc);
+    // The warm-up (the load starting after idle: brokers, links and
+    // mirror waking up) is left out; its worst latency per 100 ms of append
+    // time over the first 2 s and its p99 are printed beside.
+    let start = latencies.iter().map(|(ts, _)| *ts).min().unwrap_or(0);
+    let warm = start + knobs.latency_warmup as i64 * 1000;
+    let mut start_profile = [0f64; 20];
+    for (ts, l) in &latencies {
+        if let Some(worst) = start_profile.get_mut(((ts - start) / 100) as usize) {
+            *worst = worst.max(*l);
+        }
+    }
+    let start_profile: Vec<String> = start_profile.iter().map(|l| format!("{l:.0}")).collect();
+    let mut warming: Vec<f64> = latencies
+        .iter()
+        .filter(|(ts, _)| *ts < warm)
+        .map(|(_, l)| *l)
+        .collect();
+    warming.sort_by(f64::total_cmp);
+    let warming_p99 = if warming.is_empty() {
+        "n/a".to_owned()
+    } else {
+        format!("{:.0} ms", percentile(&warming, 99.0))
+    };
+    let latencies: Vec<(i64, f64)> = latencies.into_iter().filter(|(ts, _)| *ts >= warm).collect();
+    if latencies.is_empty() {
+        return Err("no record appended after the warm-up".into());
+    }
+    let mut latencies: Vec<f64> = latencies.into_iter().map(|(_, l)| l).collect();
+    latencies.sort_by(f64::total_cmp);
+    let quantile = |q: f64| match (&histogram_before, &histogram_after) {
+        (Some(b), Some(a)) => histogram_quantile(b, a, q),
+        _ => None,
+    };
+    Ok(Latency {
+        records: latencies.len() as u64,
+        p50: percentile(&latencies, 50.0),
+        p99: percentile(&latencies, 99.0),
+        max: latencies[latencies.len() - 1],
+        hist_p50: quantile(0.5),
+        hist_p99: quantile(0.99),
+        detail: format!(
+            "warm-up ({} s, left out): p99 {warming_p99}, worst ms per 100 ms of the first 2 s: {}; \
+             {}; mirror CPU {mirror_cpu} s meanwhile (warm-up included); mirror {stopped}",
+            knobs.latency_warmup,
+            start_profile.join(" "),
+            produced.lines().last().unwrap_or("rate producer: no report")
+        ),
+    })
+}
+
+/// A librdkafka consumer beside the target, assigned every partition of
+/// `topic` (fresh: the probes are its first records) from the start.
+fn latency_consumer(bootstrap: &str, topic: &str, partitions: i32) -> Res<BaseConsumer> {
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", target.bootstrap())
+        .set("bootstrap.servers", bootstrap)
         .set("client.id", "mirror-bench-latency")
         .set("group.id", "mirror-bench-latency")
         .set("enable.auto.commit", "false")
@@ -3271,49 +3913,64 @@ fn latency_run(ctx: &Ctx, wan: &Wan, port: u16, source: &Broker, target: &Broker
         .create()
         .map_err(|e| format!("consumer: {e}"))?;
     consumer
-        .fetch_metadata(Some(&topic), Duration::from_secs(10))
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
         .map_err(|e| format!("consumer metadata: {e}"))?;
     let mut assignment = TopicPartitionList::new();
-    for (p, offset) in from.iter().enumerate() {
+    for p in 0..partitions {
         assignment
-            .add_partition_offset(&topic, p as i32, Offset::Offset(*offset))
+            .add_partition_offset(topic, p, Offset::Offset(0))
             .map_err(|e| e.to_string())?;
     }
     consumer.assign(&assignment).map_err(|e| format!("assign: {e}"))?;
-    // Let the consumer's first fetches reach the broker, and the mirror's
-    // first (empty) fetches the source, before records come.
-    let _ = consumer.poll(Duration::from_millis(1000));
-    let histogram_before = histogram(&mirror.metrics()?, "strait_mirror_replication_latency_seconds");
-    let mirror_cpu = mirror.proc.cpu(ctx.clk);
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &wan.ns])
-        .arg(exe)
-        .args([
-            "child-rate-producer",
-            &format!("127.0.0.1:{port}"),
-            LATENCY_TOPIC,
-            &knobs.latency_rate.to_string(),
-            &knobs.latency_secs.to_string(),
-            &knobs.batch_bytes.to_string(),
-        ])
-        .stdin(Stdio::null())
-        .current_dir(&ctx.work);
-    let mut producer = Proc::spawn(
-        cmd,
-        "rate producer",
-        ctx.work.join(format!("{tag}-rate-producer.log")),
-        None,
-    )?;
-    let total = knobs.latency_rate * knobs.latency_secs;
-    let mut latencies: Vec<f64> = Vec::with_capacity(total as usize);
+    Ok(consumer)
+}
+
+/// Reads the probe record of every partition (up to 2 minutes: MirrorMaker
+/// 2 takes seconds to start): the mirror runs every partition, and the
+/// consumer fetches from every one, before anything is timed.
+fn read_probes(consumer: &BaseConsumer, partitions: i32, mirror: &mut Proc, producer: &mut Proc) -> Res<()> {
+    let mut seen = vec![false; partitions as usize];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while seen.contains(&false) {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                if let Some(s) = seen.get_mut(m.partition() as usize) {
+                    *s = true;
+                }
+            }
+            Some(Err(e)) => return Err(format!("latency consumer: {e}")),
+            None => {}
+        }
+        if let Some(gone) = mirror.gone().or_else(|| producer.gone()) {
+            return Err(gone);
+        }
+        if Instant::now() > deadline {
+            let missing: Vec<usize> = (0..seen.len()).filter(|p| !seen[*p]).collect();
+            return Err(format!(
+                "no probe record read on the target from partitions {missing:?} after 120 s; {}",
+                log_tail(&mirror.log, 8)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads `total` records: each one's timestamp and its read time minus
+/// that (ms); fails should the producer fail or nothing come for 30 s.
+fn read_latencies(
+    consumer: &BaseConsumer,
+    total: u64,
+    producer: &mut Proc,
+    mirror: &mut Proc,
+) -> Res<Vec<(i64, f64)>> {
+    let mut latencies = Vec::with_capacity(total as usize);
     let mut progress = Instant::now();
     while (latencies.len() as u64) < total {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
                 let read = now_ms();
                 if let Some(ts) = m.timestamp().to_millis() {
-                    latencies.push((read - ts) as f64);
+                    latencies.push((ts, (read - ts) as f64));
                 }
                 progress = Instant::now();
             }
@@ -3332,37 +3989,36 @@ fn latency_run(ctx: &Ctx, wan: &Wan, port: u16, source: &Broker, target: &Broker
             return Err(format!(
                 "{} of {total} records read on the target, none for 30 s; {}",
                 latencies.len(),
-                log_tail(&mirror.proc.log, 8)
+                log_tail(&mirror.log, 8)
             ));
         }
     }
-    let histogram_after = histogram(&mirror.metrics()?, "strait_mirror_replication_latency_seconds");
-    let mirror_cpu = match (mirror_cpu, mirror.proc.cpu(ctx.clk)) {
-        (Some(b), Some(a)) => format!("{:.2}", a - b),
-        _ => "?".into(),
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while producer.exited().is_none() && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
-    let produced = fs::read_to_string(&producer.log).unwrap_or_default();
-    let stopped = match mirror.proc.stop() {
-        Ok(took) => format!("mirror exited {:.1} s after SIGTERM", took.as_secs_f64()),
-        Err(e) => e,
-    };
-    latencies.sort_by(f64::total_cmp);
-    Ok(Latency {
-        records: latencies.len() as u64,
-        p50: percentile(&latencies, 50.0),
-        p99: percentile(&latencies, 99.0),
-        max: latencies[latencies.len() - 1],
-        hist_p50: histogram_quantile(&histogram_before, &histogram_after, 0.5),
-        hist_p99: histogram_quantile(&histogram_before, &histogram_after, 0.99),
-        detail: format!(
-            "{}; mirror CPU {mirror_cpu} s meanwhile; {stopped}",
-            produced.lines().last().unwrap_or("rate producer: no report")
+    Ok(latencies)
+}
+
+/// The latency run's line as it ends.
+fn print_latency_line(peer: Peer, latency: &Res<Latency>) {
+    match latency {
+        Ok(l) => println!(
+            "replication latency through the {}: {} records, p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms{}\n  {}",
+            peer.title(),
+            l.records,
+            l.p50,
+            l.p99,
+            l.max,
+            if peer == Peer::Strait {
+                format!(
+                    "; mirror histogram p50 <= {}, p99 <= {}",
+                    bound(l.hist_p50),
+                    bound(l.hist_p99)
+                )
+            } else {
+                String::new()
+            },
+            l.detail
         ),
-    })
+        Err(e) => println!("replication latency through the {}: n/a: {e}", peer.title()),
+    }
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -3417,261 +4073,441 @@ fn print_table(header: &[&str], rows: &[Vec<String>]) {
 }
 
 impl CaseResult {
+    /// A case that could not run.
+    fn failed(kind: Kind, net: Net, spec: Spec, e: &str) -> CaseResult {
+        CaseResult {
+            kind,
+            net,
+            spec,
+            limit: Err(e.to_owned()),
+            source_tally: None,
+            mirrors: Vec::new(),
+        }
+    }
+
+    /// "LAN small", "WAN 50 ms x 50 MB/s, 1 p, none".
     fn title(&self) -> String {
-        format!("{} {}", self.net.title(), self.batches.name())
+        match self.net {
+            Net::Lan => format!("LAN {}", self.spec.batches.name()),
+            Net::Wan(link) => format!(
+                "WAN {}, {} p, {}",
+                link.title(),
+                self.spec.partitions,
+                self.spec.codec.name()
+            ),
+        }
     }
 
     fn mirror(&self, peer: Peer) -> Option<&Run> {
         self.mirrors.iter().find(|(p, _)| *p == peer)?.1.as_ref().ok()
     }
+
+    /// A run's batch MB/s over the link's bandwidth (WAN cases).
+    fn link_ratio(&self, run: &Run) -> Option<f64> {
+        match self.net {
+            Net::Lan => None,
+            Net::Wan(link) => Some(run.batch_mb_s()? / link.mb_s as f64),
+        }
+    }
 }
 
-fn print_report(knobs: &Knobs, results: &[CaseResult], wan_skipped: Option<&str>, latency: &Res<Latency>) {
-    let link = knobs.wan_mbit as f64 / 8.0;
-    let mut reasons: Vec<String> = Vec::new();
-    let mut na = |e: &str| {
-        let i = reasons.iter().position(|r| r == e).unwrap_or_else(|| {
-            reasons.push(e.to_owned());
-            reasons.len() - 1
+/// Why figures are missing, numbered as the tables cite them.
+#[derive(Default)]
+struct Reasons(Vec<String>);
+
+impl Reasons {
+    /// "n/a [N]" for `e`.
+    fn na(&mut self, e: &str) -> String {
+        let i = self.0.iter().position(|r| r == e).unwrap_or_else(|| {
+            self.0.push(e.to_owned());
+            self.0.len() - 1
         });
         format!("n/a [{}]", i + 1)
-    };
-    for &kind in &knobs.brokers {
+    }
+}
+
+/// A ratio beside its goal's verdict, when it has one.
+fn goal(x: f64, ok: Option<bool>) -> String {
+    match ok {
+        Some(ok) => format!("{} {}", ratio(x), verdict(ok)),
+        None => ratio(x),
+    }
+}
+
+fn print_report(
+    knobs: &Knobs,
+    results: &[CaseResult],
+    wan_skipped: Option<&str>,
+    latencies: &[LatencyResult],
+) {
+    let mut reasons = Reasons::default();
+    for (i, &kind) in knobs.brokers.iter().enumerate() {
         let cases: Vec<&CaseResult> = results.iter().filter(|c| c.kind == kind).collect();
         if cases.is_empty() {
             continue;
         }
-        println!(
-            "{}: {} records x 1 KiB, {PARTITIONS} partitions, lz4; MB/s and CPU s per GB of the copy (first \
-             record on the target to last); start-up = seconds to the first record, and the CPU seconds the \
-             mirror and the target broker spent by then",
-            kind.title(),
-            knobs.records
-        );
-        let mut rows = Vec::new();
-        for c in &cases {
-            let limit = c.limit.as_ref().ok();
-            let vs = |r: &Run| -> String {
-                match c.net {
-                    Net::Lan => limit.map_or_else(|| "?".into(), |l| ratio(r.mb_s() / l.mb_s())),
-                    Net::Wan => r
-                        .batch_mb_s()
-                        .map_or_else(|| "?".into(), |b| format!("{} link", ratio(b / link))),
-                }
-            };
-            let per_batch = |t: &Option<Tally>| match t {
-                Some(t) => format!(
-                    "{:.1} ({:.0} B)",
-                    t.records as f64 / t.batches.max(1) as f64,
-                    t.bytes as f64 / t.batches.max(1) as f64
-                ),
-                None => "?".into(),
-            };
-            match &c.limit {
+        print_runs_table(knobs, kind, &cases, &mut reasons);
+        let lan: Vec<&CaseResult> = cases.iter().copied().filter(|c| c.net == Net::Lan).collect();
+        if !lan.is_empty() {
+            print_lan_ratios(kind, &lan);
+        }
+        for &link in &knobs.wan_links {
+            let wan: Vec<&CaseResult> = cases
+                .iter()
+                .copied()
+                .filter(|c| c.net == Net::Wan(link))
+                .collect();
+            if wan.is_empty() {
+                continue;
+            }
+            print_wan_link(knobs, kind, link, &wan, &mut reasons);
+            // The latency runs are the first pair's.
+            if i == 0 {
+                print_latency(knobs, link, latencies, &mut reasons);
+            }
+        }
+    }
+    if let Some(skipped) = wan_skipped {
+        let links: Vec<String> = knobs.wan_links.iter().map(|l| l.title()).collect();
+        println!("WAN ({}): skipped: {skipped}", links.join(", "));
+    }
+    for (i, r) in reasons.0.iter().enumerate() {
+        println!("[{}] {r}", i + 1);
+    }
+}
+
+/// Every run of a pair, LAN and WAN: rates, CPU per GB, batches, start-up.
+fn print_runs_table(knobs: &Knobs, kind: Kind, cases: &[&CaseResult], reasons: &mut Reasons) {
+    println!(
+        "{}: {} records x 1 KiB per case (LAN: {PARTITIONS} partitions, lz4); MB/s and CPU s per GB of the copy \
+         (first record on the target to last); start-up = seconds to the first record, and the CPU seconds the \
+         mirror and the target broker spent by then",
+        kind.title(),
+        knobs.records
+    );
+    let mut rows = Vec::new();
+    for c in cases {
+        let limit = c.limit.as_ref().ok();
+        let vs = |r: &Run| -> String {
+            match c.net {
+                Net::Lan => limit.map_or_else(|| "?".into(), |l| ratio(r.mb_s() / l.mb_s())),
+                Net::Wan(_) => c
+                    .link_ratio(r)
+                    .map_or_else(|| "?".into(), |x| format!("{} link", ratio(x))),
+            }
+        };
+        let per_batch = |t: &Option<Tally>| match t {
+            Some(t) => format!(
+                "{:.1} ({:.0} B)",
+                t.records as f64 / t.batches.max(1) as f64,
+                t.bytes as f64 / t.batches.max(1) as f64
+            ),
+            None => "?".into(),
+        };
+        let blank = |title: String, what: String, na: String| {
+            let mut row = vec![title, what, na];
+            row.resize(9, String::new());
+            row
+        };
+        match &c.limit {
+            Ok(r) => rows.push(vec![
+                c.title(),
+                limit_title(c.net).into(),
+                format!("{:.1}", r.mb_s()),
+                opt(r.batch_mb_s(), 1),
+                vs(r),
+                format!("{} (reader)", opt(r.cpu_per_gb(), 2)),
+                String::new(),
+                per_batch(&c.source_tally),
+                String::new(),
+            ]),
+            Err(e) => rows.push(blank(c.title(), limit_title(c.net).into(), reasons.na(e))),
+        }
+        let mut ordered: Vec<&(Peer, Res<Run>)> = c.mirrors.iter().collect();
+        ordered.sort_by_key(|(p, _)| knobs.peers.iter().position(|q| q == p));
+        for (peer, run) in ordered {
+            match run {
                 Ok(r) => rows.push(vec![
                     c.title(),
-                    "fetch limit".into(),
+                    peer.title().into(),
                     format!("{:.1}", r.mb_s()),
                     opt(r.batch_mb_s(), 1),
                     vs(r),
-                    format!("{} (reader)", opt(r.cpu_per_gb(), 2)),
-                    String::new(),
-                    per_batch(&c.source_tally),
-                    String::new(),
+                    opt(r.cpu_per_gb(), 2),
+                    opt(r.target_cpu_per_gb(), 2),
+                    per_batch(&r.target_tally),
+                    match &r.first {
+                        Some(f) => format!("{:.2} s; {} / {}", f.secs, opt(f.cpu, 2), opt(f.target_cpu, 2)),
+                        None => "?".into(),
+                    },
                 ]),
-                Err(e) => rows.push(vec![
-                    c.title(),
-                    "fetch limit".into(),
-                    na(e),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                ]),
-            }
-            let mut ordered: Vec<&(Peer, Res<Run>)> = c.mirrors.iter().collect();
-            ordered.sort_by_key(|(p, _)| knobs.peers.iter().position(|q| q == p));
-            for (peer, run) in ordered {
-                match run {
-                    Ok(r) => rows.push(vec![
-                        c.title(),
-                        peer.title().into(),
-                        format!("{:.1}", r.mb_s()),
-                        opt(r.batch_mb_s(), 1),
-                        vs(r),
-                        opt(r.cpu_per_gb(), 2),
-                        opt(r.target_cpu_per_gb(), 2),
-                        per_batch(&r.target_tally),
-                        match &r.first {
-                            Some(f) => {
-                                format!("{:.2} s; {} / {}", f.secs, opt(f.cpu, 2), opt(f.target_cpu, 2))
-                            }
-                            None => "?".into(),
-                        },
-                    ]),
-                    Err(e) => rows.push(vec![
-                        c.title(),
-                        peer.title().into(),
-                        na(e),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                    ]),
-                }
+                Err(e) => rows.push(blank(c.title(), peer.title().into(), reasons.na(e))),
             }
         }
-        print_table(
-            &[
-                "case",
-                "mirror",
-                "MB/s",
-                "batch MB/s",
-                "x limit (LAN) / link (WAN)",
-                "mirror CPU s/GB",
-                "target broker CPU s/GB",
-                "records (bytes) per batch on the target",
-                "start-up: s; mirror / target CPU s",
-            ],
-            &rows,
-        );
-        println!();
-
-        // The ratios, one column per case.
-        let titles: Vec<String> = cases.iter().map(|c| c.title()).collect();
-        let mut header: Vec<&str> = vec!["ratio (goal)"];
-        header.extend(titles.iter().map(String::as_str));
-        let mut rows: Vec<Vec<String>> = Vec::new();
-        type Cell<'a> = Box<dyn Fn(&CaseResult) -> Option<String> + 'a>;
-        let mut row = |name: String, cell: Cell<'_>| {
-            let mut r = vec![name];
-            r.extend(cases.iter().map(|c| cell(c).unwrap_or_else(|| "n/a".into())));
-            rows.push(r);
-        };
-        let goal = |x: f64, ok: Option<bool>| match ok {
-            Some(ok) => format!("{} {}", ratio(x), verdict(ok)),
-            None => ratio(x),
-        };
-        if kind == Kind::Kafka {
-            row(
-                "MB per mirror CPU s, Strait / MM2 (>= 3)".into(),
-                Box::new(|c| {
-                    let x = c.mirror(Peer::Strait)?.mb_per_cpu_s()? / c.mirror(Peer::Mm2)?.mb_per_cpu_s()?;
-                    Some(goal(x, Some(x >= 3.0)))
-                }),
-            );
-            row(
-                "MB/s, Strait / MM2 (>= 1 LAN, >= 1.2 WAN)".into(),
-                Box::new(|c| {
-                    let x = c.mirror(Peer::Strait)?.mb_s() / c.mirror(Peer::Mm2)?.mb_s();
-                    let want = if c.net == Net::Lan { 1.0 } else { 1.2 };
-                    Some(goal(x, Some(x >= want)))
-                }),
-            );
-            row(
-                "target broker CPU s per GB, Strait / MM2 (<= 1)".into(),
-                Box::new(|c| {
-                    let x = c.mirror(Peer::Strait)?.target_cpu_per_gb()?
-                        / c.mirror(Peer::Mm2)?.target_cpu_per_gb()?;
-                    Some(goal(x, Some(x <= 1.0)))
-                }),
-            );
-            row(
-                "  the same three, second half of the copy".into(),
-                Box::new(|c| {
-                    let s = c.mirror(Peer::Strait)?.second_half()?;
-                    let m = c.mirror(Peer::Mm2)?.second_half()?;
-                    Some(format!(
-                        "{} / {} / {}",
-                        ratio(s.mb_per_cpu_s()? / m.mb_per_cpu_s()?),
-                        ratio(s.mb_s() / m.mb_s()),
-                        ratio(s.target_cpu_per_gb()? / m.target_cpu_per_gb()?)
-                    ))
-                }),
-            );
-        }
-        row(
-            "MB/s, Strait / librdkafka".into(),
-            Box::new(|c| {
-                Some(ratio(
-                    c.mirror(Peer::Strait)?.mb_s() / c.mirror(Peer::Rdkafka)?.mb_s(),
-                ))
-            }),
-        );
-        row(
-            "MB per mirror CPU s, Strait / librdkafka".into(),
-            Box::new(|c| {
-                Some(ratio(
-                    c.mirror(Peer::Strait)?.mb_per_cpu_s()? / c.mirror(Peer::Rdkafka)?.mb_per_cpu_s()?,
-                ))
-            }),
-        );
-        row(
-            "target broker CPU s per GB, Strait / librdkafka".into(),
-            Box::new(|c| {
-                Some(ratio(
-                    c.mirror(Peer::Strait)?.target_cpu_per_gb()?
-                        / c.mirror(Peer::Rdkafka)?.target_cpu_per_gb()?,
-                ))
-            }),
-        );
-        row(
-            "MB/s, Strait / fetch limit (>= 0.8 LAN)".into(),
-            Box::new(|c| {
-                let x = c.mirror(Peer::Strait)?.mb_s() / c.limit.as_ref().ok()?.mb_s();
-                Some(goal(x, (c.net == Net::Lan).then_some(x >= 0.8)))
-            }),
-        );
-        row(
-            "batch MB/s, Strait / link (>= 0.8 WAN)".into(),
-            Box::new(|c| {
-                if c.net != Net::Wan {
-                    return Some("-".into());
-                }
-                let x = c.mirror(Peer::Strait)?.batch_mb_s()? / link;
-                Some(goal(x, Some(x >= 0.8)))
-            }),
-        );
-        print_table(&header, &rows);
-        println!();
     }
-    if let Some(skipped) = wan_skipped {
-        println!(
-            "WAN ({} Mbit/s, {} ms RTT): skipped: {skipped}",
-            knobs.wan_mbit, knobs.wan_rtt_ms
+    print_table(
+        &[
+            "case",
+            "mirror",
+            "MB/s",
+            "batch MB/s",
+            "x limit (LAN) / link (WAN)",
+            "mirror CPU s/GB",
+            "target broker CPU s/GB",
+            "records (bytes) per batch on the target",
+            "start-up: s; mirror / target CPU s",
+        ],
+        &rows,
+    );
+    println!();
+}
+
+/// The LAN cases' ratios against their goals, one column per case.
+fn print_lan_ratios(kind: Kind, cases: &[&CaseResult]) {
+    let titles: Vec<String> = cases.iter().map(|c| c.title()).collect();
+    let mut header: Vec<&str> = vec!["ratio (goal)"];
+    header.extend(titles.iter().map(String::as_str));
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    type Cell<'a> = Box<dyn Fn(&CaseResult) -> Option<String> + 'a>;
+    let mut row = |name: &str, cell: Cell<'_>| {
+        let mut r = vec![name.to_owned()];
+        r.extend(cases.iter().map(|c| cell(c).unwrap_or_else(|| "n/a".into())));
+        rows.push(r);
+    };
+    if kind == Kind::Kafka {
+        row(
+            "MB per mirror CPU s, Strait / MM2 (>= 3)",
+            Box::new(|c| {
+                let x = c.mirror(Peer::Strait)?.mb_per_cpu_s()? / c.mirror(Peer::Mm2)?.mb_per_cpu_s()?;
+                Some(goal(x, Some(x >= 3.0)))
+            }),
         );
-    } else {
-        let budget = 50.0 + knobs.wan_rtt_ms as f64;
-        match latency {
+        row(
+            "MB/s, Strait / MM2 (>= 1)",
+            Box::new(|c| {
+                let x = c.mirror(Peer::Strait)?.mb_s() / c.mirror(Peer::Mm2)?.mb_s();
+                Some(goal(x, Some(x >= 1.0)))
+            }),
+        );
+        row(
+            "target broker CPU s per GB, Strait / MM2 (<= 1)",
+            Box::new(|c| {
+                let x = c.mirror(Peer::Strait)?.target_cpu_per_gb()?
+                    / c.mirror(Peer::Mm2)?.target_cpu_per_gb()?;
+                Some(goal(x, Some(x <= 1.0)))
+            }),
+        );
+        row(
+            "  the same three, second half of the copy",
+            Box::new(|c| {
+                let s = c.mirror(Peer::Strait)?.second_half()?;
+                let m = c.mirror(Peer::Mm2)?.second_half()?;
+                Some(format!(
+                    "{} / {} / {}",
+                    ratio(s.mb_per_cpu_s()? / m.mb_per_cpu_s()?),
+                    ratio(s.mb_s() / m.mb_s()),
+                    ratio(s.target_cpu_per_gb()? / m.target_cpu_per_gb()?)
+                ))
+            }),
+        );
+    }
+    row(
+        "MB/s, Strait / librdkafka",
+        Box::new(|c| {
+            Some(ratio(
+                c.mirror(Peer::Strait)?.mb_s() / c.mirror(Peer::Rdkafka)?.mb_s(),
+            ))
+        }),
+    );
+    row(
+        "MB per mirror CPU s, Strait / librdkafka",
+        Box::new(|c| {
+            Some(ratio(
+                c.mirror(Peer::Strait)?.mb_per_cpu_s()? / c.mirror(Peer::Rdkafka)?.mb_per_cpu_s()?,
+            ))
+        }),
+    );
+    row(
+        "target broker CPU s per GB, Strait / librdkafka",
+        Box::new(|c| {
+            Some(ratio(
+                c.mirror(Peer::Strait)?.target_cpu_per_gb()?
+                    / c.mirror(Peer::Rdkafka)?.target_cpu_per_gb()?,
+            ))
+        }),
+    );
+    row(
+        "MB/s, Strait / fetch limit (>= 0.8)",
+        Box::new(|c| {
+            let x = c.mirror(Peer::Strait)?.mb_s() / c.limit.as_ref().ok()?.mb_s();
+            Some(goal(x, Some(x >= 0.8)))
+        }),
+    );
+    print_table(&header, &rows);
+    println!();
+}
+
+/// One link's cases: a row per (partitions, compression), each peer's batch
+/// MB/s and its ratio to the link, then the goals of each case.
+fn print_wan_link(knobs: &Knobs, kind: Kind, link: Link, cases: &[&CaseResult], reasons: &mut Reasons) {
+    let peers: Vec<Peer> = [Peer::Strait, Peer::Mm2, Peer::Rdkafka]
+        .into_iter()
+        .filter(|p| knobs.peers.contains(p) && p.runs_on(kind))
+        .collect();
+    let mm2 = peers.contains(&Peer::Mm2);
+    println!(
+        "{} over the WAN, {} ({} Mbit/s each way, window {} per connection): MB/s of record batches as stored \
+         on the source (what crosses the link), x link = over {} MB/s",
+        kind.title(),
+        link.title(),
+        link.mb_s * 8,
+        window_text(knobs.wan_window),
+        link.mb_s
+    );
+    let mut header: Vec<String> = [
+        "partitions",
+        "compression",
+        "source MB",
+        "bare fetch MB/s",
+        "x link",
+    ]
+    .map(String::from)
+    .to_vec();
+    for peer in &peers {
+        header.push(format!("{} MB/s", peer.title()));
+        header.push("x link".into());
+    }
+    if mm2 {
+        header.push("MB per mirror CPU s, Strait / MM2 (>= 3)".into());
+        header.push("target CPU s per GB, Strait / MM2 (<= 1)".into());
+    }
+    let mut rows = Vec::new();
+    for c in cases {
+        let mut row = vec![
+            c.spec.partitions.to_string(),
+            c.spec.codec.name().to_owned(),
+            c.source_tally
+                .map_or_else(|| "?".into(), |t| format!("{:.1}", t.bytes as f64 / 1e6)),
+        ];
+        let mut cells = |run: Option<&Res<Run>>, row: &mut Vec<String>| match run {
+            Some(Ok(r)) => {
+                row.push(opt(r.batch_mb_s(), 1));
+                row.push(c.link_ratio(r).map_or_else(|| "?".into(), ratio));
+            }
+            Some(Err(e)) => {
+                row.push(reasons.na(e));
+                row.push(String::new());
+            }
+            None => {
+                row.push("-".into());
+                row.push(String::new());
+            }
+        };
+        cells(Some(&c.limit), &mut row);
+        for peer in &peers {
+            cells(
+                c.mirrors.iter().find(|(p, _)| p == peer).map(|(_, r)| r),
+                &mut row,
+            );
+        }
+        if mm2 {
+            let s = c.mirror(Peer::Strait);
+            let m = c.mirror(Peer::Mm2);
+            let cpu = (|| Some(s?.mb_per_cpu_s()? / m?.mb_per_cpu_s()?))();
+            let target = (|| Some(s?.target_cpu_per_gb()? / m?.target_cpu_per_gb()?))();
+            row.push(cpu.map_or_else(|| "n/a".into(), |x| goal(x, Some(x >= 3.0))));
+            row.push(target.map_or_else(|| "n/a".into(), |x| goal(x, Some(x <= 1.0))));
+        }
+        rows.push(row);
+    }
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    print_table(&header, &rows);
+    println!("goals over {} (issue 22):", link.title());
+    for c in cases {
+        let strait = c.mirror(Peer::Strait);
+        let mut line = format!("  {} p, {}: ", c.spec.partitions, c.spec.codec.name());
+        match strait.and_then(|s| c.link_ratio(s)) {
+            Some(x) => {
+                let _ = write!(line, "Strait {} x link (>= 0.9) {}", ratio(x), verdict(x >= 0.9));
+            }
+            None => line.push_str("Strait x link n/a"),
+        }
+        for other in [Peer::Mm2, Peer::Rdkafka]
+            .into_iter()
+            .filter(|p| peers.contains(p))
+        {
+            match (strait, c.mirror(other)) {
+                (Some(s), Some(o)) => {
+                    let x = s.mb_s() / o.mb_s();
+                    let _ = write!(
+                        line,
+                        "; Strait / {} {} (> 1) {}",
+                        other.title(),
+                        ratio(x),
+                        verdict(x > 1.0)
+                    );
+                }
+                _ => {
+                    let _ = write!(line, "; Strait / {} n/a", other.title());
+                }
+            }
+        }
+        println!("{line}");
+    }
+    println!();
+}
+
+/// The latency runs over `link`, against the goal p99 <= round trip + 50 ms.
+fn print_latency(knobs: &Knobs, link: Link, latencies: &[LatencyResult], reasons: &mut Reasons) {
+    let budget = (link.rtt_ms + 50) as f64;
+    let runs: Vec<&LatencyResult> = latencies.iter().filter(|l| l.link == link).collect();
+    if runs.is_empty() {
+        let why = if knobs.latency_secs == 0 {
+            "MIRROR_BENCH_LATENCY_SECS=0"
+        } else {
+            "no mirror of MIRROR_BENCH_LATENCY_PEERS ran"
+        };
+        println!(
+            "replication latency over {}: not measured ({why})\n",
+            link.title()
+        );
+        return;
+    }
+    println!(
+        "replication latency over {}, {} records/s for {} s (1 KiB, {PARTITIONS} partitions, lz4), read by a \
+         librdkafka consumer beside the target: time read minus the source's append time; goal p99 <= round trip + 50 ms = \
+         {budget:.0} ms",
+        link.title(),
+        knobs.latency_rate,
+        knobs.latency_secs
+    );
+    for run in runs {
+        match &run.latency {
             Ok(l) => {
-                println!(
-                    "WAN ({} Mbit/s, {} ms RTT) replication latency through the Strait mirror, {} records/s for \
-                     {} s, {}: read on the target minus CreateTime p50 {:.0} ms, p99 {:.0} ms (max {:.0}): \
-                     p99 < {budget:.0} ms {}; strait_mirror_replication_latency_seconds p50 <= {}, p99 <= {} \
-                     (bucket bounds; first record of each batch)",
-                    knobs.wan_mbit,
-                    knobs.wan_rtt_ms,
-                    knobs.latency_rate,
-                    knobs.latency_secs,
-                    knobs.brokers[0].title(),
+                let mut line = format!(
+                    "  {}: p50 {:.0} ms, p99 {:.0} ms (max {:.0}, {} records): p99 <= {budget:.0} ms {}",
+                    run.peer.title(),
                     l.p50,
                     l.p99,
                     l.max,
-                    verdict(l.p99 < budget),
-                    bound(l.hist_p50),
-                    bound(l.hist_p99)
+                    l.records,
+                    verdict(l.p99 <= budget)
                 );
+                if run.peer == Peer::Strait {
+                    let _ = write!(
+                        line,
+                        "; strait_mirror_replication_latency_seconds p50 <= {}, p99 <= {} (bucket bounds; first \
+                         record of each batch)",
+                        bound(l.hist_p50),
+                        bound(l.hist_p99)
+                    );
+                }
+                println!("{line}");
             }
-            Err(e) => println!("WAN replication latency: {}", na(e)),
+            Err(e) => println!("  {}: {}", run.peer.title(), reasons.na(e)),
         }
     }
-    for (i, r) in reasons.iter().enumerate() {
-        println!("[{}] {r}", i + 1);
-    }
+    println!();
 }
 
 /// WARN/ERROR lines of the mirrors' and brokers' logs.

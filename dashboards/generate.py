@@ -882,16 +882,21 @@ def mirror():
                     ),
                     (
                         timeseries(
-                            "Bytes mirrored per second",
-                            "Record batch bytes written to the target per second, per mirror and topic.",
+                            "Bytes mirrored and fetched per second",
+                            "Record batch bytes written to the target per second, per mirror and topic, and "
+                            "record bytes fetched from the source (what crossed the link: more than written "
+                            "where fetches overlap, as staggered_polls does for caught-up partitions).",
                             "Bps",
                             [
                                 target(
                                     f"sum by (mirror, topic) ({rate('strait_mirror_bytes_total', mt)})",
-                                    "{{mirror}} {{topic}}",
-                                )
+                                    "{{mirror}} {{topic}} written",
+                                ),
+                                target(
+                                    f"sum by (mirror, topic) ({rate('strait_mirror_fetched_bytes_total', mt)})",
+                                    "{{mirror}} {{topic}} fetched",
+                                ),
                             ],
-                            stack=True,
                         ),
                         8,
                         8,

@@ -57,6 +57,7 @@ pub fn start(
             },
             coalesce_below: m.coalesce_below.bytes() as usize,
             coalesce_up_to: strait_config::mirror::COALESCE_UP_TO.bytes() as usize,
+            staggered_polls: m.staggered_polls,
             shutdown_grace: Duration::from(config.server.shutdown_grace),
             metrics: metrics.clone(),
         };

@@ -272,14 +272,7 @@ fn sigkill_three_times_mid_stream_still_exactly_once_strait_to_kafka() {
 /// exactly once, in order.
 #[test]
 fn sigkill_three_times_across_a_wan_still_exactly_once_kafka_to_kafka() {
-    let relay = support::relay::Relay::start("127.0.0.1:9".parse().unwrap(), Duration::from_millis(25));
-    let port = support::free_port();
-    let advertised = relay.port();
-    let source = Kafka::start_single(port, &|_| {
-        vec![format!("advertised.listeners=PLAINTEXT://127.0.0.1:{advertised}")]
-    });
-    relay.retarget(([127, 0, 0, 1], port).into());
-    let far = relay.addr();
+    let far = far_kafka();
     let target = Kafka::second().bootstrap();
     let topic = unique("wan");
     support::create_topic("ck_admin.py", &far, &topic, 2);
@@ -315,7 +308,80 @@ fn sigkill_three_times_across_a_wan_still_exactly_once_kafka_to_kafka() {
         "no restart found mirrored records past the commit:\n{log}"
     );
     assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
-    drop(source);
+}
+
+/// A single-node Kafka across an emulated WAN, shared by this process's
+/// tests: reached (and advertised) through the delay relay, 50 ms round
+/// trip, each connection held to a 6 MiB window. Its bootstrap address.
+fn far_kafka() -> String {
+    static FAR: std::sync::OnceLock<(support::relay::Relay, Kafka)> = std::sync::OnceLock::new();
+    let (relay, _) = FAR.get_or_init(|| {
+        let relay = support::relay::Relay::start("127.0.0.1:9".parse().unwrap(), Duration::from_millis(25));
+        let port = support::free_port();
+        let advertised = relay.port();
+        let kafka = Kafka::start_single(port, &|_| {
+            vec![format!("advertised.listeners=PLAINTEXT://127.0.0.1:{advertised}")]
+        });
+        relay.retarget(([127, 0, 0, 1], port).into());
+        (relay, kafka)
+    });
+    relay.addr()
+}
+
+/// Records trickling across the WAN: with `staggered_polls` (the default)
+/// each caught-up partition keeps a second fetch waiting at the source
+/// half a round trip after the first, so records cross the link about
+/// twice (`strait_mirror_fetched_bytes_total` about twice
+/// `strait_mirror_bytes_total`); without it, once. Either way the target
+/// holds every record once, in order.
+#[test]
+fn caught_up_partitions_keep_a_second_fetch_waiting_across_a_wan_kafka_to_kafka() {
+    let (far, target) = (far_kafka(), Kafka::second().bootstrap());
+    let records = 3_000;
+    let mut runs = Vec::new();
+    for staggered in [true, false] {
+        let topic = unique(if staggered { "staggered" } else { "unstaggered" });
+        support::create_topic("ck_admin.py", &far, &topic, 2);
+        let mirror = MirrorProc::start(&config(
+            &far,
+            &target,
+            &topic,
+            &format!("    group: {topic}\n    staggered_polls: {staggered}\n"),
+        ));
+        // The mirror polls the empty partitions (and measures the round
+        // trip) before records come, 600 a second.
+        wait_until(
+            "the mirror to run both partitions",
+            Duration::from_secs(30),
+            || {
+                metric_sum(
+                    &mirror.get("/metrics"),
+                    "strait_mirror_partition_status",
+                    "status=\"running\"",
+                ) >= 2.0
+            },
+        );
+        std::thread::sleep(Duration::from_secs(1));
+        let mut producer = background_producer(&far, &topic, records, 600);
+        let status = producer
+            .wait(Duration::from_secs(120))
+            .expect("the producer finishes");
+        assert!(status.success(), "{}", producer.describe());
+        assert_eq!(acked(&producer), records);
+        assert_mirrored(&far, &target, &topic, &topic, records);
+        let metrics = mirror.get("/metrics");
+        let fetched = metric_sum(&metrics, "strait_mirror_fetched_bytes_total", "");
+        let written = metric_sum(&metrics, "strait_mirror_bytes_total", "");
+        assert!(written > 0.0, "nothing written:\n{metrics}");
+        runs.push((staggered, fetched / written));
+    }
+    let (staggered, unstaggered) = (runs[0].1, runs[1].1);
+    eprintln!("bytes fetched per byte written: {staggered:.2} staggered, {unstaggered:.2} not");
+    assert!(
+        staggered >= 1.4 && unstaggered <= 1.15,
+        "bytes fetched per byte written: {staggered:.2} with staggered polls (about 2 expected), \
+         {unstaggered:.2} without (about 1)"
+    );
 }
 
 /// Produces `(count, value size)` runs of keyed records with headers, one
@@ -355,9 +421,14 @@ fn fetches_ahead_that_overshoot_fill_their_gaps_kafka_to_kafka() {
 
 /// Records written to the target by a mirror process, over its partitions.
 fn records_written(metrics: &str) -> f64 {
+    metric_sum(metrics, "strait_mirror_records_total", "")
+}
+
+/// The sum of the series of metric `name` whose labels hold `with`.
+fn metric_sum(metrics: &str, name: &str, with: &str) -> f64 {
     metrics
         .lines()
-        .filter(|l| l.starts_with("strait_mirror_records_total{"))
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{')) && l.contains(with))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }

@@ -114,6 +114,15 @@ pub struct MirrorConfig {
     /// Default `0`: every batch is written as the source holds it. At most
     /// [`COALESCE_UP_TO`].
     pub coalesce_below: ByteSize,
+    /// While a partition has caught up with the source and records arrive
+    /// a few at a time, keep a second fetch waiting at the source half a
+    /// round trip after the first, so that a new record waits at most half
+    /// a round trip for one: replication latency about one round trip
+    /// rather than one and a half. Both fetches bring what arrived between
+    /// them, so such partitions send up to twice their bytes across the
+    /// link (partitions with a backlog are unaffected). Default `true`;
+    /// `false` where cross-datacenter bytes are dear.
+    pub staggered_polls: bool,
 }
 
 impl Default for MirrorConfig {
@@ -133,6 +142,7 @@ impl Default for MirrorConfig {
             max_bytes_in_flight: DEFAULT_MAX_BYTES_IN_FLIGHT,
             on_lost_records: OnLostRecords::default(),
             coalesce_below: ByteSize::b(0),
+            staggered_polls: true,
         }
     }
 }

@@ -394,6 +394,7 @@ mirrors:
     max_bytes_in_flight: 64MiB
     on_lost_records: continue
     coalesce_below: 0B
+    staggered_polls: true
 routes:
 - regex: .*
   to: local

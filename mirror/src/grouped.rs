@@ -10,8 +10,11 @@
 //! [`crate::partition`]); a Fetch carries each partition at most once, so
 //! a partition's later fetches ride later requests, on other lanes.
 //! Requests that may long-poll (every partition in them has caught up
-//! with the source) go on lane 0 only, so they never hold the lanes that
-//! carry data; a request carries at most [`LinkEstimate::in_flight_target`]
+//! with the source) are at most [`POLLS`] at a time, on the lowest free
+//! lanes, while requests that carry data take the highest: a partition
+//! caught up keeps a second fetch waiting at the broker half a round trip
+//! after its first (see [`crate::partition`]), and long-polls never hold
+//! every lane. A request carries at most [`LinkEstimate::in_flight_target`]
 //! divided among the lanes, so a mirror of many partitions spreads its
 //! data over the lanes rather than asking for everything at once. Each
 //! answer feeds the broker's [`LinkEstimate`] (lowest round trip, highest
@@ -42,8 +45,12 @@ const IN_FLIGHT: usize = 8;
 /// Linux's default 6 MiB receive window, 4 connections carry up to 24 MiB
 /// per round trip: 240 MB/s at 100 ms.
 pub const FETCH_LANES: usize = 4;
-/// How long lane 0, after an answer, waits for the partitions it answered
-/// to ask again before it long-polls without them.
+/// Requests that may long-poll out at once per source broker: two, so
+/// that caught-up partitions can keep one waiting at the broker while the
+/// answer to the other travels.
+pub const POLLS: usize = 2;
+/// How long the next long-poll waits, after a long-poll's answer, for the
+/// partitions it answered to ask again.
 const GATHER: Duration = Duration::from_millis(5);
 /// Most bytes of records in one Produce request.
 const MAX_PRODUCE_REQUEST: usize = 16 << 20;
@@ -294,10 +301,18 @@ impl LinkEstimate {
 
 /// A broker's fetch requests: up to [`FETCH_LANES`] in flight, each on a
 /// connection of its own, carrying the partitions that asked (each once).
-/// Requests that may long-poll go on lane 0 only; after lane 0's answer,
-/// the loop waits a moment (at most [`GATHER`]) for the partitions it
-/// answered to ask again, so its next Fetch carries them too rather than
-/// long-polling without them.
+/// Requests that may long-poll are at most [`POLLS`] at a time, on the
+/// lowest free lanes; requests with data take the highest. After a
+/// long-poll's answer, the loop waits a moment (at most [`GATHER`]) for
+/// the partitions it answered to ask again, so its next Fetch carries them
+/// too rather than long-polling without them.
+///
+/// A partition's second long-poll (one of its fetches is already waiting
+/// at the broker) goes out half a round trip after the request carrying
+/// the first, never sooner: the two then reach the broker half a round
+/// trip apart, and one of them is always waiting there when a record
+/// arrives. Both may be released by the same record; the next pair is
+/// spaced again.
 async fn fetch_loop(
     cluster: Cluster,
     settings: FetchSettings,
@@ -307,37 +322,61 @@ async fn fetch_loop(
 ) {
     let mut waiting: VecDeque<FetchItem> = VecDeque::new();
     let mut busy = [false; FETCH_LANES];
+    // Per lane carrying a long-poll: when it was sent, and its partitions.
+    let mut polling: [Option<(Instant, HashSet<PartitionKey>)>; FETCH_LANES] = Default::default();
     let mut requests: JoinSet<(usize, HashSet<PartitionKey>)> = JoinSet::new();
-    // Lane 0's gathering: until when, and who it waits for.
+    // After a long-poll's answer: until when, and who it waits for.
     let mut gathering: Option<(Instant, HashSet<PartitionKey>)> = None;
     let mut open = true;
     loop {
+        // When each waiting fetch may go: a partition's second long-poll
+        // half a round trip after its first.
+        let spacing = link.round_trip().map_or(Duration::ZERO, |rtt| rtt / 2);
+        let now = Instant::now();
+        let mut wake = gathering.as_ref().map(|(until, _)| *until);
         // Send while a lane is free and something may go on it.
         loop {
+            let polls = polling.iter().flatten().count();
+            let ready = |item: &FetchItem| may_go(item, &polling, spacing, now) <= now;
             let has_data = waiting.iter().any(|i| i.has_data);
-            let lane0_free = !busy[0] && gathering.is_none();
             let lane = if has_data {
-                (1..FETCH_LANES).find(|&l| !busy[l]).or(lane0_free.then_some(0))
+                (0..FETCH_LANES).rev().find(|&l| !busy[l])
+            } else if gathering.is_none() && polls < POLLS && waiting.iter().any(ready) {
+                (0..FETCH_LANES).find(|&l| !busy[l])
             } else {
-                lane0_free.then_some(0)
+                None
             };
-            let Some(lane) = lane.filter(|_| !waiting.is_empty()) else {
+            let Some(lane) = lane else {
                 break;
             };
             let cap = link.in_flight_target() / FETCH_LANES;
-            let items = take_request(&mut waiting, cap);
+            let items = take_request(&mut waiting, cap, ready);
+            if items.is_empty() {
+                break;
+            }
+            let keys: HashSet<PartitionKey> = items.iter().map(|i| (i.topic.clone(), i.partition)).collect();
             busy[lane] = true;
+            if !items.iter().any(|i| i.has_data) {
+                polling[lane] = Some((Instant::now(), keys.clone()));
+            }
             let (cluster, link) = (cluster.clone(), link.clone());
             requests.spawn(async move {
-                let keys = items.iter().map(|i| (i.topic.clone(), i.partition)).collect();
                 fetch_group(&cluster, settings, node, lane, &link, items).await;
                 (lane, keys)
             });
         }
+        // Second long-polls wait for their spacing.
+        if polling.iter().flatten().count() < POLLS {
+            let next = waiting
+                .iter()
+                .map(|i| may_go(i, &polling, spacing, now))
+                .filter(|at| *at > now)
+                .min();
+            wake = wake.into_iter().chain(next).min();
+        }
         if !open && waiting.is_empty() && requests.is_empty() {
             return;
         }
-        let gather_until = gathering.as_ref().map(|(until, _)| *until);
         tokio::select! {
             item = rx.recv(), if open => match item {
                 Some(item) => {
@@ -357,7 +396,7 @@ async fn fetch_loop(
             Some(done) = requests.join_next() => {
                 if let Ok((lane, answered)) = done {
                     busy[lane] = false;
-                    if lane == 0 {
+                    if polling[lane].take().is_some() {
                         let still: HashSet<_> = answered
                             .into_iter()
                             .filter(|k| !waiting.iter().any(|i| (&i.topic, i.partition) == (&k.0, k.1)))
@@ -368,17 +407,43 @@ async fn fetch_loop(
                     }
                 }
             },
-            _ = tokio::time::sleep_until(gather_until.unwrap_or_else(Instant::now)), if gather_until.is_some() => {
-                gathering = None;
+            _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
+                if gathering.as_ref().is_some_and(|(until, _)| *until <= Instant::now()) {
+                    gathering = None;
+                }
             }
         }
     }
 }
 
-/// The next request's items: the first waiting fetch of each partition,
-/// in order, until their bytes reach `cap` (at least one item; fetches
-/// that may long-poll bring nothing and do not count).
-fn take_request(waiting: &mut VecDeque<FetchItem>, cap: usize) -> Vec<FetchItem> {
+/// When a waiting fetch may go: at once, or, for a partition's second
+/// long-poll, `spacing` after the request carrying its first was sent.
+fn may_go(
+    item: &FetchItem,
+    polling: &[Option<(Instant, HashSet<PartitionKey>)>],
+    spacing: Duration,
+    now: Instant,
+) -> Instant {
+    if item.has_data {
+        return now;
+    }
+    let key = (item.topic.clone(), item.partition);
+    polling
+        .iter()
+        .flatten()
+        .filter(|(_, keys)| keys.contains(&key))
+        .map(|(sent, _)| *sent + spacing)
+        .fold(now, Instant::max)
+}
+
+/// The next request's items: the first waiting fetch of each partition
+/// that `ready` lets go, in order, until their bytes reach `cap` (at least
+/// one item; fetches that may long-poll bring nothing and do not count).
+fn take_request(
+    waiting: &mut VecDeque<FetchItem>,
+    cap: usize,
+    ready: impl Fn(&FetchItem) -> bool,
+) -> Vec<FetchItem> {
     let mut items = Vec::new();
     let mut rest = VecDeque::new();
     let mut taken: HashSet<(Arc<str>, i32)> = HashSet::new();
@@ -386,7 +451,7 @@ fn take_request(waiting: &mut VecDeque<FetchItem>, cap: usize) -> Vec<FetchItem>
     while let Some(item) = waiting.pop_front() {
         let key = (item.topic.clone(), item.partition);
         let full = !items.is_empty() && item.has_data && bytes + item.max_bytes as usize > cap;
-        if full || taken.contains(&key) {
+        if full || taken.contains(&key) || !ready(&item) {
             rest.push_back(item);
             continue;
         }
@@ -449,6 +514,15 @@ async fn fetch_group(
                 .map(|p| p.records.as_ref().map_or(0, Bytes::len))
                 .sum();
             link.observe(took, bytes, immediate || bytes > 0);
+            tracing::trace!(
+                node,
+                lane,
+                partitions = items.len(),
+                immediate,
+                bytes,
+                took_ms = took.as_secs_f64() * 1e3,
+                "fetch answered"
+            );
             Ok(response)
         }
         Err(e) => Err(e),
@@ -776,7 +850,7 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let taken = take_request(&mut waiting, 8 << 20);
+        let taken = take_request(&mut waiting, 8 << 20, |_| true);
         let keys: Vec<(&str, i32)> = taken.iter().map(|i| (&*i.topic, i.partition)).collect();
         // a-0 once, a-1 (8 MiB reached), b-0 (may long-poll: counts nothing).
         assert_eq!(keys, [("a", 0), ("a", 1), ("b", 0)]);

@@ -16,6 +16,7 @@
 //! | `strait_mirror_commit_age_seconds` | gauge | mirror, topic, partition | seconds since the position was last committed to the source |
 //! | `strait_mirror_records_total` | counter | mirror, topic, partition | records written to the target |
 //! | `strait_mirror_bytes_total` | counter | mirror, topic, partition | record batch bytes written to the target |
+//! | `strait_mirror_fetched_bytes_total` | counter | mirror, topic, partition | record bytes fetched from the source, those fetched twice included (overlapping fetches ahead, `staggered_polls`): what crossed the link |
 //! | `strait_mirror_batches_total` | counter | mirror, topic, partition, how | batches written: `passed_through` (the source's bytes) or `reencoded` |
 //! | `strait_mirror_lost_records_total` | counter | mirror, topic, partition | source records deleted by retention before they were mirrored |
 //! | `strait_mirror_partition_status` | gauge | mirror, topic, partition, status | 1 for the partition's status: `starting`, `running`, `retrying`, `stopped` |
@@ -116,6 +117,7 @@ struct Families {
     commit_age: GaugeVec,
     records: IntCounterVec,
     bytes: IntCounterVec,
+    fetched_bytes: IntCounterVec,
     batches: IntCounterVec,
     lost: IntCounterVec,
     status: GaugeVec,
@@ -175,6 +177,11 @@ impl Families {
                 "Record batch bytes written to the target.",
                 labels,
             ),
+            fetched_bytes: counter(
+                "strait_mirror_fetched_bytes_total",
+                "Record bytes fetched from the source, those fetched twice included: what crossed the link.",
+                labels,
+            ),
             batches: counter(
                 "strait_mirror_batches_total",
                 "Batches written to the target, passed through as the source's bytes or re-encoded.",
@@ -193,7 +200,7 @@ impl Families {
         }
     }
 
-    fn collectors(&self) -> [&dyn Collector; 10] {
+    fn collectors(&self) -> [&dyn Collector; 11] {
         [
             &self.lag_records,
             &self.lag_seconds,
@@ -202,6 +209,7 @@ impl Families {
             &self.commit_age,
             &self.records,
             &self.bytes,
+            &self.fetched_bytes,
             &self.batches,
             &self.lost,
             &self.status,
@@ -267,6 +275,9 @@ impl PartitionCollector {
         let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         f.records.with_label_values(&labels).inc_by(load(&c.records));
         f.bytes.with_label_values(&labels).inc_by(load(&c.bytes));
+        f.fetched_bytes
+            .with_label_values(&labels)
+            .inc_by(load(&c.fetched_bytes));
         f.batches
             .with_label_values(&with("passed_through"))
             .inc_by(load(&c.batches_passed));

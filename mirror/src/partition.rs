@@ -6,8 +6,10 @@
 //!   (requests grouped by leader, [`crate::grouped`]), with several
 //!   fetches out when the source holds more than one brings (at offsets
 //!   estimated ahead, answers taken in order, overlaps dropped, gaps
-//!   filled), turns each batch into target batches ([`crate::batch`]) and
-//!   queues them. Every fetch first reserves bytes from the mirror's
+//!   filled), and, caught up with a trickle, a second fetch at the
+//!   position that the fetcher sends half a round trip after the first
+//!   (`staggered_polls`: one is always waiting at the broker); it turns
+//!   each batch into target batches ([`crate::batch`]) and queues them. Every fetch first reserves bytes from the mirror's
 //!   `max_bytes_in_flight` budget (the first waits for them, fetches ahead
 //!   only take what is free), so a slow target slows fetching rather than
 //!   filling memory.
@@ -52,6 +54,12 @@ const MAX_FETCH_BYTES: usize = 32 << 20;
 /// ... and at least, when the budget is shared by many partitions (a
 /// larger first batch still comes whole, KIP-74).
 const MIN_FETCH_BYTES: usize = 64 << 10;
+/// A partition caught up whose answers bring less than this keeps a
+/// second fetch waiting at the source half a round trip after the first
+/// (with `staggered_polls`): records then wait at most half a round trip
+/// for a fetch rather than a whole one, for up to twice their bytes across
+/// the link (both fetches bring what arrived between them).
+const STAGGER_BELOW: usize = 64 << 10;
 /// Produces in flight per partition. Kafka keeps the last 5 batches of
 /// each idempotent producer and partition to drop retried duplicates.
 const IN_FLIGHT: usize = 5;
@@ -301,6 +309,8 @@ async fn fetch_loop(
     // Where the source's readable records end, as last seen (-1: unknown).
     let mut end = -1i64;
     let mut density = Density::default();
+    // The last answer brought less than [`STAGGER_BELOW`].
+    let mut trickle = false;
     loop {
         let position = transformer.position();
         let link = shared.fetcher.link(&state.source_topic, state.partition).await;
@@ -355,13 +365,43 @@ async fn fetch_loop(
         }
         let flight = flights.pop_front().expect("a fetch is out");
         let ahead = flight.offset > position;
+        // Caught up with a trickle: a second fetch at the position, which
+        // the fetcher sends half a round trip after the first, so that one
+        // is always waiting at the broker when a record arrives.
+        if shared.staggered_polls
+            && trickle
+            && grown == 0
+            && end >= 0
+            && position >= end
+            && flights.is_empty()
+        {
+            // Small: it brings what arrives in half a round trip, and the
+            // fetch at the position with the usual size is out too.
+            let ask = ask.min(4 * STAGGER_BELOW);
+            if let Ok(permit) = shared.budget.clone().try_acquire_many_owned(ask as u32) {
+                if let Ok(pending) = send_fetch(shared, state, position, ask, false).await {
+                    flights.push_back(Flight {
+                        offset: position,
+                        ask,
+                        permit,
+                        answer: Answer::Pending(pending),
+                    });
+                }
+            }
+        }
         let fetched = match flight.answer {
             Answer::Ready(fetched) => Ok(fetched),
             Answer::Pending(pending) => tokio::select! {
-                answer = pending => answer.unwrap_or_else(|_| Err(UpstreamError::Disconnected {
-                    broker: shared.source.name().to_owned(),
-                    reason: "the fetch task stopped".to_owned(),
-                })),
+                answer = pending => {
+                    let answer = answer.unwrap_or_else(|_| Err(UpstreamError::Disconnected {
+                        broker: shared.source.name().to_owned(),
+                        reason: "the fetch task stopped".to_owned(),
+                    }));
+                    if let Ok(fetched) = &answer {
+                        PartitionState::add(&state.counters.fetched_bytes, fetched.records.len() as u64);
+                    }
+                    answer
+                }
                 _ = crate::shut_down(&mut shutdown) => return Ok(()),
             },
         };
@@ -391,6 +431,7 @@ async fn fetch_loop(
             }
         };
         backoff.reset();
+        trickle = fetched.records.len() < STAGGER_BELOW;
         // Answers come in order, so one at the position is the latest word
         // (a source whose log was truncated ends earlier than before).
         end = if ahead {

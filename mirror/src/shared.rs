@@ -57,6 +57,9 @@ pub struct Shared {
     pub on_lost: OnLost,
     /// Batches smaller than this are merged (0: none are).
     pub coalesce_below: usize,
+    /// Caught-up partitions keep a second fetch waiting at the source
+    /// ([`crate::partition`]).
+    pub staggered_polls: bool,
     /// The largest batch they are merged into.
     pub coalesce_up_to: usize,
     /// Turns true on shutdown.

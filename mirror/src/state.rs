@@ -32,6 +32,9 @@ pub struct Counters {
     pub records: AtomicU64,
     /// Bytes of record batches acknowledged by the target.
     pub bytes: AtomicU64,
+    /// Bytes of records fetched from the source, those fetched twice
+    /// included (what crossed the link).
+    pub fetched_bytes: AtomicU64,
     /// Batches sent as the source's bytes.
     pub batches_passed: AtomicU64,
     /// Batches re-encoded.

@@ -164,6 +164,7 @@ fn defaults() {
     assert_eq!(m.max_bytes_in_flight, ByteSize::mib(64));
     assert_eq!(m.on_lost_records, OnLostRecords::Continue);
     assert_eq!(m.coalesce_below, ByteSize::b(0));
+    assert!(m.staggered_polls);
     assert_eq!(m.target_topic("orders"), "orders");
 
     // The effective configuration writes the group out.
