@@ -60,6 +60,10 @@ const MIN_FETCH_BYTES: usize = 64 << 10;
 /// for a fetch rather than a whole one, for up to twice their bytes across
 /// the link (both fetches bring what arrived between them).
 const STAGGER_BELOW: usize = 64 << 10;
+/// What a fetch of a caught-up partition asks for (and holds of the
+/// budget while it waits at the broker): a trickle's worth. An answer
+/// that brings this much shows a backlog, and full-size fetches follow.
+const POLL_BYTES: usize = 4 * STAGGER_BELOW;
 /// Produces in flight per partition. Kafka keeps the last 5 batches of
 /// each idempotent producer and partition to drop retried duplicates.
 const IN_FLIGHT: usize = 5;
@@ -316,7 +320,18 @@ async fn fetch_loop(
         let link = shared.fetcher.link(&state.source_topic, state.partition).await;
         let (ask, target) = fetch_plan(shared, &link, &density);
         if flights.is_empty() {
-            let ask_now = if grown > 0 { grown } else { ask };
+            // Caught up: a long-poll, which may wait at the broker for
+            // half a second, asks for little (a larger first batch still
+            // comes whole, KIP-74), so that waiting polls do not hold the
+            // budget that partitions with data need.
+            let caught_up = end >= 0 && position >= end;
+            let ask_now = if grown > 0 {
+                grown
+            } else if caught_up {
+                ask.min(POLL_BYTES)
+            } else {
+                ask
+            };
             let reserve = ask_now.min(shared.budget_bytes);
             let permit = tokio::select! {
                 permit = shared.budget.clone().acquire_many_owned(reserve as u32) => permit.expect("budget never closes"),
@@ -375,9 +390,7 @@ async fn fetch_loop(
             && position >= end
             && flights.is_empty()
         {
-            // Small: it brings what arrives in half a round trip, and the
-            // fetch at the position with the usual size is out too.
-            let ask = ask.min(4 * STAGGER_BELOW);
+            let ask = ask.min(POLL_BYTES);
             if let Ok(permit) = shared.budget.clone().try_acquire_many_owned(ask as u32) {
                 if let Ok(pending) = send_fetch(shared, state, position, ask, false).await {
                     flights.push_back(Flight {
