@@ -3225,10 +3225,10 @@ fn run_mirror(ctx: &Ctx, case: &Case<'_>, peer: Peer) -> Res<Run> {
     if let Some(port) = admin_port {
         match http_get(port, "/metrics") {
             Ok(m) => {
-                let records = metric_sum(&m, "strait_mirror_records_total{");
-                let reencoded = metric_sum_with(&m, "strait_mirror_batches_total{", "reencoded");
-                let passed = metric_sum(&m, "strait_mirror_batches_total{") - reencoded;
-                let errors = metric_sum(&m, "strait_mirror_errors_total{");
+                let records = support::metric_sum(&m, "strait_mirror_records_total", "");
+                let reencoded = support::metric_sum(&m, "strait_mirror_batches_total", "reencoded");
+                let passed = support::metric_sum(&m, "strait_mirror_batches_total", "") - reencoded;
+                let errors = support::metric_sum(&m, "strait_mirror_errors_total", "");
                 let _ = write!(
                     run.detail,
                     "\nmirror /metrics: {records:.0} records, {passed:.0} batches passed through, {reencoded:.0} \
@@ -3506,20 +3506,6 @@ fn http_get(port: u16, path: &str) -> Res<String> {
         return Err(format!("GET {path}: {}", head.lines().next().unwrap_or("")));
     }
     Ok(body.to_owned())
-}
-
-/// Sum of every sample whose line starts with `prefix`.
-fn metric_sum(metrics: &str, prefix: &str) -> f64 {
-    metric_sum_with(metrics, prefix, "")
-}
-
-/// Sum of every sample whose line starts with `prefix` and contains `with`.
-fn metric_sum_with(metrics: &str, prefix: &str, with: &str) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(prefix) && l.contains(with))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .fold(0.0, |a, b| a + b)
 }
 
 /// The cumulative buckets (upper bound, count) of histogram `name`.

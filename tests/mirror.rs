@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::kafka::Kafka;
-use support::{metric, run_client, unique, MirrorProc, Strait, Tansu};
+use support::{metric, metric_sum, run_client, unique, MirrorProc, Strait, Tansu};
 
 /// A config with clusters `src` and `dst` and one mirror `m` of `topics`,
 /// committing every 500ms and looking for topics every 1s unless `extra`
@@ -422,15 +422,6 @@ fn fetches_ahead_that_overshoot_fill_their_gaps_kafka_to_kafka() {
 /// Records written to the target by a mirror process, over its partitions.
 fn records_written(metrics: &str) -> f64 {
     metric_sum(metrics, "strait_mirror_records_total", "")
-}
-
-/// The sum of the series of metric `name` whose labels hold `with`.
-fn metric_sum(metrics: &str, name: &str, with: &str) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{')) && l.contains(with))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Small source batches (a librdkafka producer at 1,500 records/s over 8

@@ -808,6 +808,48 @@ fn gone(cluster: &Cluster) -> UpstreamError {
 mod tests {
     use super::*;
 
+    fn item(topic: &str, partition: i32, max_bytes: i32, has_data: bool) -> FetchItem {
+        FetchItem {
+            topic: topic.into(),
+            partition,
+            offset: 0,
+            max_bytes,
+            has_data,
+            reply: oneshot::channel().0,
+        }
+    }
+
+    #[test]
+    fn a_partitions_second_long_poll_goes_half_a_round_trip_after_its_first() {
+        let now = Instant::now();
+        let spacing = Duration::from_millis(50);
+        let sent = now - Duration::from_millis(20);
+        let keys: HashSet<PartitionKey> = [("a".into(), 0)].into_iter().collect();
+        let mut polling: [Option<(Instant, HashSet<PartitionKey>)>; FETCH_LANES] = Default::default();
+        polling[1] = Some((sent, keys));
+        // a-0 has a long-poll out since 20 ms: its second waits 30 ms more.
+        assert_eq!(
+            may_go(&item("a", 0, 1, false), &polling, spacing, now),
+            sent + spacing
+        );
+        // With data it goes at once; so do partitions with nothing out.
+        assert_eq!(may_go(&item("a", 0, 1, true), &polling, spacing, now), now);
+        assert_eq!(may_go(&item("a", 1, 1, false), &polling, spacing, now), now);
+        // Once the first has been out half a round trip, the second goes.
+        let later = sent + spacing;
+        assert_eq!(may_go(&item("a", 0, 1, false), &polling, spacing, later), later);
+        // A request takes only what may go.
+        let mut waiting: VecDeque<FetchItem> = [item("a", 0, 1, false), item("a", 1, 1, false)]
+            .into_iter()
+            .collect();
+        let taken = take_request(&mut waiting, 8 << 20, |i| {
+            may_go(i, &polling, spacing, now) <= now
+        });
+        assert_eq!(taken.len(), 1);
+        assert_eq!((&*taken[0].topic, taken[0].partition), ("a", 1));
+        assert_eq!(waiting.len(), 1);
+    }
+
     #[test]
     fn the_link_target_is_twice_the_measured_bandwidth_delay_product() {
         let link = LinkEstimate::default();
@@ -833,14 +875,6 @@ mod tests {
 
     #[test]
     fn a_request_takes_each_partition_once_up_to_its_share() {
-        let item = |topic: &str, partition, max_bytes, has_data| FetchItem {
-            topic: topic.into(),
-            partition,
-            offset: 0,
-            max_bytes,
-            has_data,
-            reply: oneshot::channel().0,
-        };
         let mut waiting: VecDeque<FetchItem> = [
             item("a", 0, 4 << 20, true),
             item("a", 0, 4 << 20, true),

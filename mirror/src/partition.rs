@@ -319,12 +319,12 @@ async fn fetch_loop(
         let position = transformer.position();
         let link = shared.fetcher.link(&state.source_topic, state.partition).await;
         let (ask, target) = fetch_plan(shared, &link, &density);
+        let caught_up = end >= 0 && position >= end;
         if flights.is_empty() {
             // Caught up: a long-poll, which may wait at the broker for
             // half a second, asks for little (a larger first batch still
             // comes whole, KIP-74), so that waiting polls do not hold the
             // budget that partitions with data need.
-            let caught_up = end >= 0 && position >= end;
             let ask_now = if grown > 0 {
                 grown
             } else if caught_up {
@@ -365,42 +365,19 @@ async fn fetch_loop(
             if next >= end {
                 break;
             }
-            let Ok(permit) = shared.budget.clone().try_acquire_many_owned(ask as u32) else {
+            let Some(flight) = try_send_fetch(shared, state, next, ask, true).await else {
                 break;
             };
-            match send_fetch(shared, state, next, ask, true).await {
-                Ok(pending) => flights.push_back(Flight {
-                    offset: next,
-                    ask,
-                    permit,
-                    answer: Answer::Pending(pending),
-                }),
-                Err(_) => break,
-            }
+            flights.push_back(flight);
         }
         let flight = flights.pop_front().expect("a fetch is out");
         let ahead = flight.offset > position;
         // Caught up with a trickle: a second fetch at the position, which
         // the fetcher sends half a round trip after the first, so that one
         // is always waiting at the broker when a record arrives.
-        if shared.staggered_polls
-            && trickle
-            && grown == 0
-            && end >= 0
-            && position >= end
-            && flights.is_empty()
-        {
-            let ask = ask.min(POLL_BYTES);
-            if let Ok(permit) = shared.budget.clone().try_acquire_many_owned(ask as u32) {
-                if let Ok(pending) = send_fetch(shared, state, position, ask, false).await {
-                    flights.push_back(Flight {
-                        offset: position,
-                        ask,
-                        permit,
-                        answer: Answer::Pending(pending),
-                    });
-                }
-            }
+        if shared.staggered_polls && trickle && grown == 0 && caught_up && flights.is_empty() {
+            let second = try_send_fetch(shared, state, position, ask.min(POLL_BYTES), false).await;
+            flights.extend(second);
         }
         let fetched = match flight.answer {
             Answer::Ready(fetched) => Ok(fetched),
@@ -604,6 +581,25 @@ async fn fetch_loop(
             let _ = tx.send(Piece::Position(transformer.position()));
         }
     }
+}
+
+/// Sends a fetch of `ask` bytes from `offset` if the budget has them free
+/// now (never waiting): a fetch ahead, or a caught-up partition's second.
+async fn try_send_fetch(
+    shared: &Shared,
+    state: &PartitionState,
+    offset: i64,
+    ask: usize,
+    has_data: bool,
+) -> Option<Flight> {
+    let permit = shared.budget.clone().try_acquire_many_owned(ask as u32).ok()?;
+    let pending = send_fetch(shared, state, offset, ask, has_data).await.ok()?;
+    Some(Flight {
+        offset,
+        ask,
+        permit,
+        answer: Answer::Pending(pending),
+    })
 }
 
 /// Hands a fetch of the partition from `offset` to the fetcher.

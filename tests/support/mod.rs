@@ -1356,6 +1356,16 @@ pub fn metric(metrics: &str, selector: &[&str]) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
+/// The sum of the samples of metric `name` (every label set) whose labels
+/// hold `with` ("" for all): a counter or gauge over partitions.
+pub fn metric_sum(metrics: &str, name: &str, with: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{')) && l.contains(with))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Every record of `topic` read with `ck_dump.py` (partitions assigned, no
 /// group), per partition: each record's fields `fields` of
 /// [offset, key, value, headers, timestamp type, timestamp].
