@@ -253,7 +253,7 @@ const FETCH_PARTITION_BYTES: i32 = 1 << 20;
 const FETCH_MAX_BYTES: i32 = 64 << 20;
 const FETCH_MAX_WAIT_MS: i32 = 500;
 /// The mirror's default `max_bytes_in_flight`.
-const MIRROR_BUDGET_BYTES: u64 = 64 << 20;
+const MIRROR_BUDGET_BYTES: u64 = 128 << 20;
 /// Fetch requests in flight in the fetch limit by default (the partitions
 /// are split between them).
 const LIMIT_IN_FLIGHT: u64 = 4;

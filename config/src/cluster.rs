@@ -21,7 +21,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: HumanDuration = HumanDuration::secs(10);
 pub const DEFAULT_REQUEST_TIMEOUT: HumanDuration = HumanDuration::secs(30);
 /// Default `metadata_refresh`: 5 minutes (Kafka's `metadata.max.age.ms`).
 pub const DEFAULT_METADATA_REFRESH: HumanDuration = HumanDuration::minutes(5);
-/// Default `max_bytes_in_flight`, for clusters and mirrors: 64MiB.
+/// Default `max_bytes_in_flight` of a cluster's connections: 64MiB.
 pub const DEFAULT_MAX_BYTES_IN_FLIGHT: ByteSize = ByteSize::mib(64);
 /// Smallest accepted `max_bytes_in_flight`, for clusters and mirrors: 1MiB.
 pub const MIN_MAX_BYTES_IN_FLIGHT: ByteSize = ByteSize::mib(1);

@@ -12,7 +12,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{check_bytes_in_flight, ClusterConfig, DEFAULT_MAX_BYTES_IN_FLIGHT};
+use crate::cluster::{check_bytes_in_flight, ClusterConfig};
 use crate::error::Invalid;
 use crate::names::check_name;
 use crate::units::{ByteSize, HumanDuration};
@@ -31,6 +31,11 @@ pub const DEFAULT_RENAME: &str = "{topic}";
 pub const DEFAULT_COMMIT_INTERVAL: HumanDuration = HumanDuration::secs(1);
 /// Default `discovery_interval`: 10 seconds.
 pub const DEFAULT_DISCOVERY_INTERVAL: HumanDuration = HumanDuration::secs(10);
+/// Default `max_bytes_in_flight` of a mirror: 128MiB, room for two
+/// fetches of 32 batches of 1 MB in flight (half the budget) beside the
+/// answers being written: what one partition needs to fill a 100 ms x 100
+/// MB/s link.
+pub const DEFAULT_MAX_BYTES_IN_FLIGHT: ByteSize = ByteSize::mib(128);
 /// The largest batch `coalesce_below` merges small batches into: 1MiB.
 pub const COALESCE_UP_TO: ByteSize = ByteSize::mib(1);
 
@@ -98,7 +103,7 @@ pub struct MirrorConfig {
     /// Default `10s`; must be positive.
     pub discovery_interval: HumanDuration,
     /// Most record bytes read from the source and not yet acknowledged by
-    /// the target. Default `64MiB`; at least `1MiB`.
+    /// the target. Default `128MiB`; at least `1MiB`.
     pub max_bytes_in_flight: ByteSize,
     /// When source retention deleted records before they were copied:
     /// `continue` (log them, count them, go on from the log start) or

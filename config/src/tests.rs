@@ -391,7 +391,7 @@ mirrors:
     commit_interval: 1s
     start: earliest
     discovery_interval: 10s
-    max_bytes_in_flight: 64MiB
+    max_bytes_in_flight: 128MiB
     on_lost_records: continue
     coalesce_below: 0B
     staggered_polls: true

@@ -9,10 +9,11 @@
 //!   filled), and, caught up with a trickle, a second fetch at the
 //!   position that the fetcher sends half a round trip after the first
 //!   (`staggered_polls`: one is always waiting at the broker); it turns
-//!   each batch into target batches ([`crate::batch`]) and queues them. Every fetch first reserves bytes from the mirror's
-//!   `max_bytes_in_flight` budget (the first waits for them, fetches ahead
-//!   only take what is free), so a slow target slows fetching rather than
-//!   filling memory.
+//!   each batch into target batches ([`crate::batch`]) and queues them.
+//!   Every fetch first reserves bytes from the mirror's
+//!   `max_bytes_in_flight` budget (waiting for it: the first fetch before
+//!   it goes, fetches ahead while an earlier answer travels), so a slow
+//!   target slows fetching rather than filling memory.
 //! - The **produce task** takes queued batches in order, stamps them with
 //!   the mirror's idempotent producer id, epoch and sequence, and writes
 //!   them with one produce in flight per partition (many partitions per
@@ -54,6 +55,15 @@ const MAX_FETCH_BYTES: usize = 32 << 20;
 /// ... and at least, when the budget is shared by many partitions (a
 /// larger first batch still comes whole, KIP-74).
 const MIN_FETCH_BYTES: usize = 64 << 10;
+/// Batches one fetch asks for at least, budget allowing: an answer wastes
+/// about one batch (the one it cuts short, or, for a fetch ahead, the
+/// batch its guessed offset overlaps), so 32 waste about 3%.
+const BATCHES_PER_FETCH: f64 = 32.0;
+/// The largest batch a Kafka topic takes by default (`message.max.bytes`):
+/// what a partition's first fetch asks for at least, before its batches'
+/// size is known, if its share of the budget allows, so that its first
+/// batch comes in any answer.
+const KAFKA_MAX_BATCH: usize = 1_048_588;
 /// A partition caught up whose answers bring less than this keeps a
 /// second fetch waiting at the source half a round trip after the first
 /// (with `staggered_polls`): records then wait at most half a round trip
@@ -274,28 +284,36 @@ impl Density {
     }
 }
 
-/// How much one fetch asks for: its share of what the link to the leader
-/// should have in flight (see [`grouped::LinkEstimate`]) spread over the
-/// fetch lanes, at least 16 batches (an answer wastes about the one batch
-/// it cuts short), within [`MIN_FETCH_BYTES`]..[`MAX_FETCH_BYTES`] and a
-/// quarter of the budget. Returns it with the bytes the partition may
-/// keep in flight.
-fn fetch_plan(shared: &Shared, link: &grouped::LinkEstimate, density: &Density) -> (usize, usize) {
-    let partitions = shared.partitions.load(Ordering::Relaxed).max(1);
-    let target = (link.in_flight_target() / partitions).min(shared.budget_bytes / 2);
+/// How much one fetch asks for: its share (one of `partitions`) of what
+/// the link to the leader should have in flight (`in_flight`, see
+/// [`grouped::LinkEstimate`]) spread over the fetch lanes, at least
+/// [`BATCHES_PER_FETCH`] (before their size is known, [`KAFKA_MAX_BATCH`]),
+/// within [`MIN_FETCH_BYTES`]..[`MAX_FETCH_BYTES`] and a quarter of the
+/// `budget`. Returns it with the bytes the partition may keep in flight:
+/// its share, at least three fetches (so that the link stays busy while
+/// answers are written), within half the budget.
+fn fetch_plan(partitions: usize, budget: usize, in_flight: usize, density: &Density) -> (usize, usize) {
+    let partitions = partitions.max(1);
+    let target = (in_flight / partitions).min(budget / 2);
+    let batches = if density.bytes_per_batch > 0.0 {
+        (BATCHES_PER_FETCH * density.bytes_per_batch) as usize
+    } else {
+        KAFKA_MAX_BATCH.min(budget / partitions)
+    };
     let ask = (target / grouped::FETCH_LANES)
-        .max((16.0 * density.bytes_per_batch) as usize)
+        .max(batches)
         .clamp(MIN_FETCH_BYTES, MAX_FETCH_BYTES)
-        .min((shared.budget_bytes / 4).max(MIN_FETCH_BYTES));
-    (ask, target.max(ask))
+        .min((budget / 4).max(MIN_FETCH_BYTES));
+    (ask, target.max(3 * ask).min(budget / 2).max(ask))
 }
 
 /// Fetches the partition from its position, several fetches ahead when
 /// the source holds more than one fetch brings: the first at the
 /// position, the next ones at offsets estimated from the bytes per offset
 /// seen so far ([`Density`]), each on whatever fetch lane is free, up to
-/// what the link should have in flight ([`fetch_plan`]). Answers are taken
-/// in order: overlaps are dropped (the transformer skips what it has
+/// what the link should have in flight ([`fetch_plan`]), sent as soon as
+/// the budget has room while the answer before them travels. Answers are
+/// taken in order: overlaps are dropped (the transformer skips what it has
 /// fed); an answer that starts after the position leaves a gap, which a
 /// fetch at the position fills before the answer is used.
 async fn fetch_loop(
@@ -318,7 +336,8 @@ async fn fetch_loop(
     loop {
         let position = transformer.position();
         let link = shared.fetcher.link(&state.source_topic, state.partition).await;
-        let (ask, target) = fetch_plan(shared, &link, &density);
+        let partitions = shared.partitions.load(Ordering::Relaxed);
+        let (ask, target) = fetch_plan(partitions, shared.budget_bytes, link.in_flight_target(), &density);
         let caught_up = end >= 0 && position >= end;
         if flights.is_empty() {
             // Caught up: a long-poll, which may wait at the broker for
@@ -355,21 +374,6 @@ async fn fetch_loop(
                 answer,
             });
         }
-        // Fetch ahead while the source has more, the link wants more in
-        // flight and the budget has room (never waiting for it).
-        while grown == 0 && flights.len() < grouped::FETCH_LANES && flights.len() * ask < target {
-            let last = flights.back().expect("a fetch is out");
-            let Some(next) = density.offset_after(last.offset, last.ask) else {
-                break;
-            };
-            if next >= end {
-                break;
-            }
-            let Some(flight) = try_send_fetch(shared, state, next, ask, true).await else {
-                break;
-            };
-            flights.push_back(flight);
-        }
         let flight = flights.pop_front().expect("a fetch is out");
         let ahead = flight.offset > position;
         // Caught up with a trickle: a second fetch at the position, which
@@ -379,21 +383,51 @@ async fn fetch_loop(
             let second = try_send_fetch(shared, state, position, ask.min(POLL_BYTES), false).await;
             flights.extend(second);
         }
+        let front = (flight.offset, flight.ask);
         let fetched = match flight.answer {
             Answer::Ready(fetched) => Ok(fetched),
-            Answer::Pending(pending) => tokio::select! {
-                answer = pending => {
-                    let answer = answer.unwrap_or_else(|_| Err(UpstreamError::Disconnected {
-                        broker: shared.source.name().to_owned(),
-                        reason: "the fetch task stopped".to_owned(),
-                    }));
-                    if let Ok(fetched) = &answer {
-                        PartitionState::add(&state.counters.fetched_bytes, fetched.records.len() as u64);
+            Answer::Pending(mut pending) => {
+                let mut refused = false;
+                loop {
+                    // While the answer travels, fetch ahead as soon as the
+                    // budget has room, while the source has more and the link
+                    // wants more in flight: waiting for the next answer to
+                    // send them would leave the link idle while earlier
+                    // answers are being written to the target.
+                    let next = (grown == 0 && !refused)
+                        .then(|| ahead_offset(front, &flights, &density, ask, target))
+                        .flatten()
+                        .filter(|next| *next < end);
+                    tokio::select! {
+                        biased;
+                        _ = crate::shut_down(&mut shutdown) => return Ok(()),
+                        permit = shared.budget.clone().acquire_many_owned(ask as u32), if next.is_some() => {
+                            let permit = permit.expect("budget never closes");
+                            let next = next.expect("checked");
+                            match send_fetch(shared, state, next, ask, true).await {
+                                Ok(pending) => flights.push_back(Flight {
+                                    offset: next,
+                                    ask,
+                                    permit,
+                                    answer: Answer::Pending(pending),
+                                }),
+                                // The fetch at the position will tell.
+                                Err(_) => refused = true,
+                            }
+                        }
+                        answer = &mut pending => {
+                            let answer = answer.unwrap_or_else(|_| Err(UpstreamError::Disconnected {
+                                broker: shared.source.name().to_owned(),
+                                reason: "the fetch task stopped".to_owned(),
+                            }));
+                            if let Ok(fetched) = &answer {
+                                PartitionState::add(&state.counters.fetched_bytes, fetched.records.len() as u64);
+                            }
+                            break answer;
+                        }
                     }
-                    answer
                 }
-                _ = crate::shut_down(&mut shutdown) => return Ok(()),
-            },
+            }
         };
         let mut permit = flight.permit;
         let fetched = match fetched {
@@ -538,10 +572,11 @@ async fn fetch_loop(
             state.fetched(source.last_offset, timestamp);
             pieces.push((bytes, source, sequence_count, passed_through, timestamp));
         }
-        // A first batch larger than asked for comes whole (KIP-74) from
-        // Kafka 0.10.1 on; an older broker cuts it: ask for more next time.
-        grown = if whole_batches == 0 && batches.partial_bytes() > 0 {
-            (flight.ask * 2).min(shared.budget_bytes.max(MAX_FETCH_BYTES))
+        // No whole batch though records wait: the first is larger than
+        // asked for.
+        let cut = batches.partial_bytes() > 0 || (fetched.records.is_empty() && position < end);
+        grown = if whole_batches == 0 && cut {
+            grow(flight.ask, shared.budget_bytes)
         } else {
             0
         };
@@ -583,8 +618,38 @@ async fn fetch_loop(
     }
 }
 
+/// What to ask for after an answer of `asked` bytes brought no whole
+/// batch though records wait: the first batch is larger. Kafka (0.10.1
+/// on, KIP-74) sends it whole only in the first partition of an answer
+/// that has data, and nothing in the others; older brokers cut it. Twice
+/// as much, within the budget (or [`MAX_FETCH_BYTES`] if that is more:
+/// a batch is never refused for the budget).
+fn grow(asked: usize, budget: usize) -> usize {
+    (asked * 2).min(budget.max(MAX_FETCH_BYTES))
+}
+
+/// Where the next fetch ahead goes, after the one being awaited (`front`:
+/// its offset and ask) and the `flights` behind it: after the last, if
+/// fewer than [`grouped::FETCH_LANES`] are out and their asks are still
+/// under what the partition may keep in flight (`target`). None until the
+/// source's density is known.
+fn ahead_offset(
+    front: (i64, usize),
+    flights: &VecDeque<Flight>,
+    density: &Density,
+    ask: usize,
+    target: usize,
+) -> Option<i64> {
+    let out = flights.len() + 1;
+    if out >= grouped::FETCH_LANES || out * ask >= target {
+        return None;
+    }
+    let (offset, asked) = flights.back().map_or(front, |last| (last.offset, last.ask));
+    density.offset_after(offset, asked)
+}
+
 /// Sends a fetch of `ask` bytes from `offset` if the budget has them free
-/// now (never waiting): a fetch ahead, or a caught-up partition's second.
+/// now (never waiting): a caught-up partition's second.
 async fn try_send_fetch(
     shared: &Shared,
     state: &PartitionState,
@@ -819,7 +884,50 @@ async fn init_producer_id(target: &Cluster) -> Result<(i64, i16), UpstreamError>
 
 #[cfg(test)]
 mod tests {
-    use super::Density;
+    use super::{fetch_plan, grow, Density, KAFKA_MAX_BATCH, MAX_FETCH_BYTES, MIN_FETCH_BYTES};
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn fetches_ask_for_many_batches_and_keep_three_out_within_half_the_budget() {
+        let unknown = Density::default();
+        let mut large = Density::default();
+        // 16 batches of 1,000 records of 1,000 bytes.
+        large.observe(16_000_000, 16_000, 16);
+        // One partition, 64 MiB budget, 32 MiB wanted in flight: before
+        // anything is known, a quarter of it per lane; then 32 batches,
+        // within a quarter of the budget, and two of them out.
+        assert_eq!(fetch_plan(1, 64 * MIB, 32 * MIB, &unknown), (8 * MIB, 32 * MIB));
+        assert_eq!(fetch_plan(1, 64 * MIB, 32 * MIB, &large), (16 * MIB, 32 * MIB));
+        // A larger budget: 32 batches each, three out if half of it allows.
+        assert_eq!(fetch_plan(1, 128 * MIB, 32 * MIB, &large), (32_000_000, 64 * MIB));
+        assert_eq!(
+            fetch_plan(1, 256 * MIB, 32 * MIB, &large),
+            (32_000_000, 96_000_000)
+        );
+        // Many partitions: a first fetch asks for Kafka's largest default
+        // batch while the budget allows it, the least when it does not.
+        assert_eq!(fetch_plan(16, 64 * MIB, 32 * MIB, &unknown).0, KAFKA_MAX_BATCH);
+        assert_eq!(
+            fetch_plan(1_000, 64 * MIB, 32 * MIB, &unknown).0,
+            64 * MIB / 1_000
+        );
+        assert_eq!(
+            fetch_plan(10_000, 64 * MIB, 32 * MIB, &unknown).0,
+            MIN_FETCH_BYTES
+        );
+        // A tiny budget bounds everything.
+        assert_eq!(
+            fetch_plan(1, MIB, 32 * MIB, &large),
+            (MIN_FETCH_BYTES.max(MIB / 4), MIB / 2)
+        );
+        // An answer without a whole batch though records wait: twice as
+        // much next time, within the budget (a batch is never refused).
+        assert_eq!(grow(MIB / 2, 64 * MIB), MIB);
+        assert_eq!(grow(48 * MIB, 64 * MIB), 64 * MIB);
+        assert_eq!(grow(MIB, 4 * MIB), 2 * MIB);
+        assert_eq!(grow(32 * MIB, 4 * MIB), MAX_FETCH_BYTES);
+    }
 
     #[test]
     fn fetches_ahead_start_a_batch_short_of_the_expected_end() {

@@ -82,7 +82,7 @@ mirrors:
     commit_interval: 1s
     start: earliest
     discovery_interval: 10s
-    max_bytes_in_flight: 64MiB
+    max_bytes_in_flight: 128MiB
     on_lost_records: continue
 "#,
     );
@@ -161,7 +161,7 @@ fn defaults() {
     assert_eq!(m.commit_interval, HumanDuration::secs(1));
     assert_eq!(m.start, StartPosition::Earliest);
     assert_eq!(m.discovery_interval, HumanDuration::secs(10));
-    assert_eq!(m.max_bytes_in_flight, ByteSize::mib(64));
+    assert_eq!(m.max_bytes_in_flight, ByteSize::mib(128));
     assert_eq!(m.on_lost_records, OnLostRecords::Continue);
     assert_eq!(m.coalesce_below, ByteSize::b(0));
     assert!(m.staggered_polls);
