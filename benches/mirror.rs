@@ -252,8 +252,9 @@ const LARGE_LINGER_MS: u32 = 5;
 const FETCH_PARTITION_BYTES: i32 = 1 << 20;
 const FETCH_MAX_BYTES: i32 = 64 << 20;
 const FETCH_MAX_WAIT_MS: i32 = 500;
-/// The mirror's default `max_bytes_in_flight`.
-const MIRROR_BUDGET_BYTES: u64 = 128 << 20;
+/// The mirror's default `max_bytes_in_flight` (the librdkafka mirror
+/// queues as much).
+const MIRROR_BUDGET_BYTES: u64 = strait_config::mirror::DEFAULT_MAX_BYTES_IN_FLIGHT.0;
 /// Fetch requests in flight in the fetch limit by default (the partitions
 /// are split between them).
 const LIMIT_IN_FLIGHT: u64 = 4;

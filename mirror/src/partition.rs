@@ -404,15 +404,10 @@ async fn fetch_loop(
                         permit = shared.budget.clone().acquire_many_owned(ask as u32), if next.is_some() => {
                             let permit = permit.expect("budget never closes");
                             let next = next.expect("checked");
-                            match send_fetch(shared, state, next, ask, true).await {
-                                Ok(pending) => flights.push_back(Flight {
-                                    offset: next,
-                                    ask,
-                                    permit,
-                                    answer: Answer::Pending(pending),
-                                }),
+                            match send_flight(shared, state, next, ask, true, permit).await {
+                                Some(flight) => flights.push_back(flight),
                                 // The fetch at the position will tell.
-                                Err(_) => refused = true,
+                                None => refused = true,
                             }
                         }
                         answer = &mut pending => {
@@ -658,6 +653,19 @@ async fn try_send_fetch(
     has_data: bool,
 ) -> Option<Flight> {
     let permit = shared.budget.clone().try_acquire_many_owned(ask as u32).ok()?;
+    send_flight(shared, state, offset, ask, has_data, permit).await
+}
+
+/// Sends a fetch of `ask` bytes from `offset`, holding `permit` for it
+/// until its answer is used (None: the fetcher refused it).
+async fn send_flight(
+    shared: &Shared,
+    state: &PartitionState,
+    offset: i64,
+    ask: usize,
+    has_data: bool,
+    permit: OwnedSemaphorePermit,
+) -> Option<Flight> {
     let pending = send_fetch(shared, state, offset, ask, has_data).await.ok()?;
     Some(Flight {
         offset,
