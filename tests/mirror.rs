@@ -419,6 +419,43 @@ fn fetches_ahead_that_overshoot_fill_their_gaps_kafka_to_kafka() {
     );
 }
 
+/// A fresh mirror of a backlog learns the source's bytes per offset from
+/// the leader's log size (DescribeLogDirs) over its offsets before the
+/// first answer, so its fetches ahead go with the first fetch; Kafka's log
+/// size is its batches' bytes, so the estimate is what the records weigh.
+#[test]
+fn the_source_logs_size_places_the_first_fetches_ahead_kafka_to_kafka() {
+    let (source, target) = (Kafka::shared().bootstrap(), Kafka::second().bootstrap());
+    let topic = unique("logsize");
+    support::create_topic("ck_admin.py", &source, &topic, 1);
+    produce_backlog(&source, &topic, &[(20_000, "1000")]);
+    let mirror = MirrorProc::start(&config(
+        &source,
+        &target,
+        &topic,
+        "    max_bytes_in_flight: 8MiB\n",
+    ));
+    assert_mirrored(&source, &target, &topic, &topic, 20_000);
+    let log = mirror.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("log size places fetches ahead"))
+        .unwrap_or_else(|| panic!("no estimate from the source's log size:\n{log}"));
+    let field = |name: &str| -> f64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {line}"))
+    };
+    let (bytes, offsets) = (field("bytes="), field("offsets="));
+    assert_eq!(offsets, 20_000.0, "{line}");
+    // 1,000-byte values with their keys, headers and batch overhead.
+    let per_offset = bytes / offsets;
+    assert!(
+        (1_000.0..1_200.0).contains(&per_offset),
+        "{per_offset:.0} bytes per offset: {line}"
+    );
+}
+
 /// Records written to the target by a mirror process, over its partitions.
 fn records_written(metrics: &str) -> f64 {
     metric_sum(metrics, "strait_mirror_records_total", "")

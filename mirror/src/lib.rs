@@ -5,7 +5,9 @@
 //! - [`mirror`]: one mirror: topic discovery, a task per partition, the
 //!   commit loop, shutdown.
 //! - [`partition`]: one partition's fetch and produce tasks and their
-//!   supervisor; [`shared`]: what a mirror's partitions share (clusters,
+//!   supervisor; [`plan`]: how much its fetches ask for and where
+//!   fetches ahead start (the source's density, from its log before the
+//!   first answer); [`shared`]: what a mirror's partitions share (clusters,
 //!   budget, settings); [`state`]: what each partition's progress is (the
 //!   exact source-to-target point, lag, counters) and the mirror's set of
 //!   them.
@@ -39,6 +41,7 @@ pub mod grouped;
 pub mod metrics;
 pub mod mirror;
 pub mod partition;
+pub mod plan;
 pub mod positions;
 pub mod resume;
 pub mod shared;

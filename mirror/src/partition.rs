@@ -45,25 +45,12 @@ use crate::batch::{
 };
 use crate::error::{self, MirrorError};
 use crate::grouped;
+use crate::plan::{self, Density, MIN_FETCH_BYTES};
 use crate::resume;
 use crate::shared::{OnLost, Shared};
 use crate::state::{PartitionState, Status};
 use crate::topics;
 
-/// Bytes asked for per partition per fetch, at most ...
-const MAX_FETCH_BYTES: usize = 32 << 20;
-/// ... and at least, when the budget is shared by many partitions (a
-/// larger first batch still comes whole, KIP-74).
-const MIN_FETCH_BYTES: usize = 64 << 10;
-/// Batches one fetch asks for at least, budget allowing: an answer wastes
-/// about one batch (the one it cuts short, or, for a fetch ahead, the
-/// batch its guessed offset overlaps), so 32 waste about 3%.
-const BATCHES_PER_FETCH: f64 = 32.0;
-/// The largest batch a Kafka topic takes by default (`message.max.bytes`):
-/// what a partition's first fetch asks for at least, before its batches'
-/// size is known, if its share of the budget allows, so that its first
-/// batch comes in any answer.
-const KAFKA_MAX_BATCH: usize = 1_048_588;
 /// A partition caught up whose answers bring less than this keeps a
 /// second fetch waiting at the source half a round trip after the first
 /// (with `staggered_polls`): records then wait at most half a round trip
@@ -174,6 +161,9 @@ async fn peek(shared: &Shared, state: &PartitionState) {
 struct Prepared {
     transformer: PartitionTransformer,
     stamp: ProducerStamp,
+    /// The source log's density and readable end, if its leader told
+    /// them: fetches ahead go with the first fetch.
+    log: Option<(Density, i64)>,
 }
 
 async fn prepare(shared: &Shared, state: &PartitionState, round: u32) -> Result<Prepared, MirrorError> {
@@ -181,7 +171,9 @@ async fn prepare(shared: &Shared, state: &PartitionState, round: u32) -> Result<
         .await
         .map_err(error::target)?;
     let options = TransformOptions::new(max_batch);
-    let (source_offset, target_offset) = resume::resume(shared, state, options).await?;
+    // The source log's density is asked for meanwhile: no round trip more.
+    let (resumed, log) = tokio::join!(resume::resume(shared, state, options), log_density(shared, state));
+    let (source_offset, target_offset) = resumed?;
     state.set_acked(source_offset, target_offset);
     // The first round shares the mirror's producer id; later rounds start
     // over with a fresh one, since the target's sequence state for the old
@@ -202,13 +194,42 @@ async fn prepare(shared: &Shared, state: &PartitionState, round: u32) -> Result<
             producer_epoch,
             base_sequence: 0,
         },
+        log,
     })
+}
+
+/// The source partition's bytes per offset from its size on the leader's
+/// disk over the offsets it holds, with its end; None when the leader does
+/// not say (a broker without DescribeLogDirs or a mirror not allowed it:
+/// the first answer tells instead).
+async fn log_density(shared: &Shared, state: &PartitionState) -> Option<(Density, i64)> {
+    let (topic, partition) = (&*state.source_topic, state.partition);
+    let asked = tokio::try_join!(
+        topics::log_size(&shared.source, topic, partition),
+        resume::list_offset(&shared.source, topic, partition, -2),
+        resume::list_offset(&shared.source, topic, partition, -1),
+    );
+    match asked {
+        Ok((Some(size), earliest, end)) => {
+            let density = Density::from_log(size, end - earliest)?;
+            tracing::debug!(
+                mirror = %shared.name, topic, partition, bytes = size, offsets = end - earliest,
+                "the source's log size places fetches ahead until the first answer"
+            );
+            Some((density, end))
+        }
+        Ok((None, ..)) => None,
+        Err(e) => {
+            tracing::debug!(mirror = %shared.name, topic, partition, error = %e, "the source's log size is unknown; fetches ahead wait for the first answer");
+            None
+        }
+    }
 }
 
 async fn stream(shared: &Shared, state: &PartitionState, prepared: Prepared) -> Result<(), MirrorError> {
     state.set_status(Status::Running);
     let (tx, rx) = mpsc::unbounded_channel();
-    let fetching = fetch_loop(shared, state, prepared.transformer, tx);
+    let fetching = fetch_loop(shared, state, prepared.transformer, prepared.log, tx);
     let producing = produce_loop(shared, state, rx, prepared.stamp);
     tokio::try_join!(fetching, producing).map(|_| ())
 }
@@ -246,73 +267,13 @@ enum Answer {
     Ready(grouped::Fetched),
 }
 
-/// How large the source's batches are, per offset and per batch, from
-/// what was fetched (moving averages; 0 before anything was).
-#[derive(Debug, Default, Clone, Copy)]
-struct Density {
-    bytes_per_offset: f64,
-    bytes_per_batch: f64,
-}
-
-impl Density {
-    /// Takes the whole batches of one answer: `bytes` over `offsets`
-    /// offsets in `batches` batches.
-    fn observe(&mut self, bytes: usize, offsets: i64, batches: usize) {
-        if bytes == 0 || offsets <= 0 || batches == 0 {
-            return;
-        }
-        let (per_offset, per_batch) = (bytes as f64 / offsets as f64, bytes as f64 / batches as f64);
-        if self.bytes_per_offset == 0.0 {
-            (self.bytes_per_offset, self.bytes_per_batch) = (per_offset, per_batch);
-        } else {
-            self.bytes_per_offset = 0.7 * self.bytes_per_offset + 0.3 * per_offset;
-            self.bytes_per_batch = 0.7 * self.bytes_per_batch + 0.3 * per_batch;
-        }
-    }
-
-    /// Where the next fetch should start, after one from `offset` of
-    /// `bytes` bytes: about one batch before its answer's expected end
-    /// (the answer starts with the batch holding `offset` and ends short
-    /// of its last, cut batch), so that answers overlap by about a batch
-    /// rather than leave gaps. None until a density is known.
-    fn offset_after(&self, offset: i64, bytes: usize) -> Option<i64> {
-        if self.bytes_per_offset <= 0.0 {
-            return None;
-        }
-        let ahead = (bytes as f64 - self.bytes_per_batch) / self.bytes_per_offset;
-        (ahead >= 1.0).then(|| offset.saturating_add(ahead as i64))
-    }
-}
-
-/// How much one fetch asks for: its share (one of `partitions`) of what
-/// the link to the leader should have in flight (`in_flight`, see
-/// [`grouped::LinkEstimate`]) spread over the fetch lanes, at least
-/// [`BATCHES_PER_FETCH`] (before their size is known, [`KAFKA_MAX_BATCH`]),
-/// within [`MIN_FETCH_BYTES`]..[`MAX_FETCH_BYTES`] and a quarter of the
-/// `budget`. Returns it with the bytes the partition may keep in flight:
-/// its share, at least three fetches (so that the link stays busy while
-/// answers are written), within half the budget.
-fn fetch_plan(partitions: usize, budget: usize, in_flight: usize, density: &Density) -> (usize, usize) {
-    let partitions = partitions.max(1);
-    let target = (in_flight / partitions).min(budget / 2);
-    let batches = if density.bytes_per_batch > 0.0 {
-        (BATCHES_PER_FETCH * density.bytes_per_batch) as usize
-    } else {
-        KAFKA_MAX_BATCH.min(budget / partitions)
-    };
-    let ask = (target / grouped::FETCH_LANES)
-        .max(batches)
-        .clamp(MIN_FETCH_BYTES, MAX_FETCH_BYTES)
-        .min((budget / 4).max(MIN_FETCH_BYTES));
-    (ask, target.max(3 * ask).min(budget / 2).max(ask))
-}
-
 /// Fetches the partition from its position, several fetches ahead when
 /// the source holds more than one fetch brings: the first at the
 /// position, the next ones at offsets estimated from the bytes per offset
-/// seen so far ([`Density`]), each on whatever fetch lane is free, up to
-/// what the link should have in flight ([`fetch_plan`]), sent as soon as
-/// the budget has room while the answer before them travels. Answers are
+/// seen so far (before the first answer, from the log: [`Density`]), each
+/// on whatever fetch lane is free, up to what the link should have in
+/// flight ([`plan::fetch_plan`]), sent as soon as the budget has room
+/// while the answer before them travels. Answers are
 /// taken in order: overlaps are dropped (the transformer skips what it has
 /// fed); an answer that starts after the position leaves a gap, which a
 /// fetch at the position fills before the answer is used.
@@ -320,6 +281,7 @@ async fn fetch_loop(
     shared: &Shared,
     state: &PartitionState,
     mut transformer: PartitionTransformer,
+    log: Option<(Density, i64)>,
     tx: mpsc::UnboundedSender<Piece>,
 ) -> Result<(), MirrorError> {
     let mut backoff = Backoff::default();
@@ -328,16 +290,17 @@ async fn fetch_loop(
     // usual amount).
     let mut grown = 0;
     let mut flights: VecDeque<Flight> = VecDeque::new();
-    // Where the source's readable records end, as last seen (-1: unknown).
-    let mut end = -1i64;
-    let mut density = Density::default();
+    // Where the source's readable records end, as last seen (-1: unknown),
+    // and how large its batches are: from its log until the first answer.
+    let (mut density, mut end) = log.unwrap_or((Density::default(), -1));
     // The last answer brought less than [`STAGGER_BELOW`].
     let mut trickle = false;
     loop {
         let position = transformer.position();
         let link = shared.fetcher.link(&state.source_topic, state.partition).await;
         let partitions = shared.partitions.load(Ordering::Relaxed);
-        let (ask, target) = fetch_plan(partitions, shared.budget_bytes, link.in_flight_target(), &density);
+        let (ask, target) =
+            plan::fetch_plan(partitions, shared.budget_bytes, link.in_flight_target(), &density);
         let caught_up = end >= 0 && position >= end;
         if flights.is_empty() {
             // Caught up: a long-poll, which may wait at the broker for
@@ -395,7 +358,10 @@ async fn fetch_loop(
                     // send them would leave the link idle while earlier
                     // answers are being written to the target.
                     let next = (grown == 0 && !refused)
-                        .then(|| ahead_offset(front, &flights, &density, ask, target))
+                        .then(|| {
+                            let last = flights.back().map_or(front, |last| (last.offset, last.ask));
+                            plan::ahead_offset(flights.len() + 1, last, &density, ask, target)
+                        })
                         .flatten()
                         .filter(|next| *next < end);
                     tokio::select! {
@@ -471,8 +437,8 @@ async fn fetch_loop(
                     continue;
                 }
                 Some(first) if first.header().base_offset > position => {
-                    let gap = (first.header().base_offset - position) as f64 * density.bytes_per_offset
-                        + density.bytes_per_batch;
+                    let gap = (first.header().base_offset - position) as f64 * density.bytes_per_offset()
+                        + density.bytes_per_batch();
                     let gap_ask = (gap as usize).clamp(MIN_FETCH_BYTES, ask.max(MIN_FETCH_BYTES));
                     tracing::debug!(
                         mirror = %shared.name, topic = %state.source_topic, partition = state.partition,
@@ -571,7 +537,7 @@ async fn fetch_loop(
         // asked for.
         let cut = batches.partial_bytes() > 0 || (fetched.records.is_empty() && position < end);
         grown = if whole_batches == 0 && cut {
-            grow(flight.ask, shared.budget_bytes)
+            plan::grow(flight.ask, shared.budget_bytes)
         } else {
             0
         };
@@ -611,36 +577,6 @@ async fn fetch_loop(
             let _ = tx.send(Piece::Position(transformer.position()));
         }
     }
-}
-
-/// What to ask for after an answer of `asked` bytes brought no whole
-/// batch though records wait: the first batch is larger. Kafka (0.10.1
-/// on, KIP-74) sends it whole only in the first partition of an answer
-/// that has data, and nothing in the others; older brokers cut it. Twice
-/// as much, within the budget (or [`MAX_FETCH_BYTES`] if that is more:
-/// a batch is never refused for the budget).
-fn grow(asked: usize, budget: usize) -> usize {
-    (asked * 2).min(budget.max(MAX_FETCH_BYTES))
-}
-
-/// Where the next fetch ahead goes, after the one being awaited (`front`:
-/// its offset and ask) and the `flights` behind it: after the last, if
-/// fewer than [`grouped::FETCH_LANES`] are out and their asks are still
-/// under what the partition may keep in flight (`target`). None until the
-/// source's density is known.
-fn ahead_offset(
-    front: (i64, usize),
-    flights: &VecDeque<Flight>,
-    density: &Density,
-    ask: usize,
-    target: usize,
-) -> Option<i64> {
-    let out = flights.len() + 1;
-    if out >= grouped::FETCH_LANES || out * ask >= target {
-        return None;
-    }
-    let (offset, asked) = flights.back().map_or(front, |last| (last.offset, last.ask));
-    density.offset_after(offset, asked)
 }
 
 /// Sends a fetch of `ask` bytes from `offset` if the budget has them free
@@ -888,71 +824,4 @@ async fn init_producer_id(target: &Cluster) -> Result<(i64, i16), UpstreamError>
     target
         .init_producer_id(Instant::now() + Duration::from_secs(60))
         .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{fetch_plan, grow, Density, KAFKA_MAX_BATCH, MAX_FETCH_BYTES, MIN_FETCH_BYTES};
-
-    const MIB: usize = 1 << 20;
-
-    #[test]
-    fn fetches_ask_for_many_batches_and_keep_three_out_within_half_the_budget() {
-        let unknown = Density::default();
-        let mut large = Density::default();
-        // 16 batches of 1,000 records of 1,000 bytes.
-        large.observe(16_000_000, 16_000, 16);
-        // One partition, 64 MiB budget, 32 MiB wanted in flight: before
-        // anything is known, a quarter of it per lane; then 32 batches,
-        // within a quarter of the budget, and two of them out.
-        assert_eq!(fetch_plan(1, 64 * MIB, 32 * MIB, &unknown), (8 * MIB, 32 * MIB));
-        assert_eq!(fetch_plan(1, 64 * MIB, 32 * MIB, &large), (16 * MIB, 32 * MIB));
-        // A larger budget: 32 batches each, three out if half of it allows.
-        assert_eq!(fetch_plan(1, 128 * MIB, 32 * MIB, &large), (32_000_000, 64 * MIB));
-        assert_eq!(
-            fetch_plan(1, 256 * MIB, 32 * MIB, &large),
-            (32_000_000, 96_000_000)
-        );
-        // Many partitions: a first fetch asks for Kafka's largest default
-        // batch while the budget allows it, the least when it does not.
-        assert_eq!(fetch_plan(16, 64 * MIB, 32 * MIB, &unknown).0, KAFKA_MAX_BATCH);
-        assert_eq!(
-            fetch_plan(1_000, 64 * MIB, 32 * MIB, &unknown).0,
-            64 * MIB / 1_000
-        );
-        assert_eq!(
-            fetch_plan(10_000, 64 * MIB, 32 * MIB, &unknown).0,
-            MIN_FETCH_BYTES
-        );
-        // A tiny budget bounds everything.
-        assert_eq!(
-            fetch_plan(1, MIB, 32 * MIB, &large),
-            (MIN_FETCH_BYTES.max(MIB / 4), MIB / 2)
-        );
-        // An answer without a whole batch though records wait: twice as
-        // much next time, within the budget (a batch is never refused).
-        assert_eq!(grow(MIB / 2, 64 * MIB), MIB);
-        assert_eq!(grow(48 * MIB, 64 * MIB), 64 * MIB);
-        assert_eq!(grow(MIB, 4 * MIB), 2 * MIB);
-        assert_eq!(grow(32 * MIB, 4 * MIB), MAX_FETCH_BYTES);
-    }
-
-    #[test]
-    fn fetches_ahead_start_a_batch_short_of_the_expected_end() {
-        let mut density = Density::default();
-        assert_eq!(density.offset_after(100, 1 << 20), None, "nothing seen yet");
-        // 10 batches of 100 records of 1,000 bytes.
-        density.observe(1_000_000, 1_000, 10);
-        // 1 MB ahead, less one batch of 100,000 bytes: 900 offsets.
-        assert_eq!(density.offset_after(100, 1_000_000), Some(1_000));
-        // A fetch smaller than one batch guesses nothing.
-        assert_eq!(density.offset_after(100, 50_000), None);
-        // Larger records since: the estimate moves towards them.
-        density.observe(1_000_000, 100, 10);
-        assert!(density.bytes_per_offset > 1_000.0 && density.bytes_per_offset < 10_000.0);
-        // Answers without whole batches change nothing.
-        let before = density.bytes_per_offset;
-        density.observe(0, 0, 0);
-        assert_eq!(density.bytes_per_offset, before);
-    }
 }

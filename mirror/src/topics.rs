@@ -1,7 +1,7 @@
 //! Target topics: created before their first record with the source's
 //! partition count and the topic configs that matter, partitions added when
 //! the source grows, and the target's `max.message.bytes` read for
-//! splitting.
+//! splitting; and a source partition's size on disk.
 //!
 //! Copied configs are the source topic's own overrides (DescribeConfigs
 //! source DYNAMIC_TOPIC_CONFIG), not broker defaults, so the target's
@@ -14,8 +14,10 @@
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
 use kafka_protocol::messages::{
-    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DescribeConfigsRequest, TopicName,
+    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DescribeConfigsRequest, DescribeLogDirsRequest,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -198,4 +200,27 @@ pub async fn max_message_bytes(target: &Cluster, topic: &str) -> Result<usize, U
         .and_then(|(_, value, _)| value.as_deref()?.parse::<usize>().ok())
         .filter(|v| *v > 0)
         .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES))
+}
+
+/// The size in bytes of `topic`'s `partition` on its leader's disk
+/// (DescribeLogDirs at the leader; a copy being moved to another log
+/// directory left out), or None when the leader holds none.
+pub async fn log_size(cluster: &Cluster, topic: &str, partition: i32) -> Result<Option<i64>, UpstreamError> {
+    let (_, connection) = cluster.leader(topic, partition).await?;
+    let request = DescribeLogDirsRequest::default()
+        .with_topics(Some(vec![DescribableLogDirTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
+            .with_partitions(vec![partition])]));
+    let response = connection.request(&request).await?;
+    let what = || format!("DescribeLogDirs {topic}-{partition}");
+    strait_upstream::error::check(cluster.name(), what, response.error_code)?;
+    Ok(response
+        .results
+        .iter()
+        .filter(|dir| dir.error_code == 0)
+        .flat_map(|dir| &dir.topics)
+        .filter(|t| t.name.0.as_str() == topic)
+        .flat_map(|t| &t.partitions)
+        .find(|p| p.partition_index == partition && !p.is_future_key)
+        .map(|p| p.partition_size))
 }

@@ -42,6 +42,7 @@ throttled!(
     InitProducerIdResponse,
     OffsetForLeaderEpochResponse,
     DescribeConfigsResponse,
+    DescribeLogDirsResponse,
     CreatePartitionsResponse,
     DescribeClusterResponse,
     DeleteGroupsResponse,

@@ -1,0 +1,236 @@
+//! How much one partition's fetches ask for and where fetches ahead start:
+//! pure arithmetic over the source's batch density, the link's estimate and
+//! the mirror's budget, kept apart from the tasks that send them
+//! ([`crate::partition`]).
+//!
+//! Before the partition's first answer, the density comes from the source's
+//! log itself (its size on disk over its offsets, [`Density::from_log`]),
+//! so that fetches ahead go out with the first fetch rather than a round
+//! trip after it; the first answer replaces that estimate.
+
+use crate::grouped;
+use crate::topics::DEFAULT_MAX_MESSAGE_BYTES;
+
+/// Bytes asked for per partition per fetch, at most ...
+pub const MAX_FETCH_BYTES: usize = 32 << 20;
+/// ... and at least, when the budget is shared by many partitions (a
+/// larger first batch still comes whole, KIP-74).
+pub const MIN_FETCH_BYTES: usize = 64 << 10;
+/// Batches one fetch asks for at least, budget allowing: an answer wastes
+/// about one batch (the one it cuts short, or, for a fetch ahead, the
+/// batch its guessed offset overlaps), so 32 waste about 3%.
+const BATCHES_PER_FETCH: f64 = 32.0;
+/// The largest batch a Kafka topic takes by default (`message.max.bytes`):
+/// what a partition's first fetch asks for at least, before its batches'
+/// size is known, if its share of the budget allows, so that its first
+/// batch comes in any answer; and the batch size assumed while only the
+/// log's size is known.
+const KAFKA_MAX_BATCH: usize = DEFAULT_MAX_MESSAGE_BYTES;
+
+/// How large the source's batches are, per offset and per batch, from
+/// what was fetched (moving averages; 0 before anything was), or, before
+/// that, estimated from the log's size.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Density {
+    bytes_per_offset: f64,
+    bytes_per_batch: f64,
+    /// Estimated from the log's size rather than seen in batches: the
+    /// batch size is a guess (the largest Kafka takes by default), and
+    /// the first answer replaces both.
+    from_log: bool,
+}
+
+impl Density {
+    /// An estimate from the source log's `size` in bytes over the
+    /// `offsets` it holds (None if either is not positive).
+    pub fn from_log(size: i64, offsets: i64) -> Option<Density> {
+        (size > 0 && offsets > 0).then(|| Density {
+            bytes_per_offset: size as f64 / offsets as f64,
+            bytes_per_batch: KAFKA_MAX_BATCH.min(size as usize) as f64,
+            from_log: true,
+        })
+    }
+
+    /// Bytes per offset (0 while unknown).
+    pub fn bytes_per_offset(&self) -> f64 {
+        self.bytes_per_offset
+    }
+
+    /// Bytes per batch (0 while unknown).
+    pub fn bytes_per_batch(&self) -> f64 {
+        self.bytes_per_batch
+    }
+
+    /// Takes the whole batches of one answer: `bytes` over `offsets`
+    /// offsets in `batches` batches.
+    pub fn observe(&mut self, bytes: usize, offsets: i64, batches: usize) {
+        if bytes == 0 || offsets <= 0 || batches == 0 {
+            return;
+        }
+        let (per_offset, per_batch) = (bytes as f64 / offsets as f64, bytes as f64 / batches as f64);
+        if self.bytes_per_offset == 0.0 || self.from_log {
+            (self.bytes_per_offset, self.bytes_per_batch) = (per_offset, per_batch);
+            self.from_log = false;
+        } else {
+            self.bytes_per_offset = 0.7 * self.bytes_per_offset + 0.3 * per_offset;
+            self.bytes_per_batch = 0.7 * self.bytes_per_batch + 0.3 * per_batch;
+        }
+    }
+
+    /// Where the next fetch should start, after one from `offset` of
+    /// `bytes` bytes: about one batch before its answer's expected end
+    /// (the answer starts with the batch holding `offset` and ends short
+    /// of its last, cut batch), so that answers overlap by about a batch
+    /// rather than leave gaps. None until a density is known.
+    pub fn offset_after(&self, offset: i64, bytes: usize) -> Option<i64> {
+        if self.bytes_per_offset <= 0.0 {
+            return None;
+        }
+        let ahead = (bytes as f64 - self.bytes_per_batch) / self.bytes_per_offset;
+        (ahead >= 1.0).then(|| offset.saturating_add(ahead as i64))
+    }
+}
+
+/// How much one fetch asks for: its share (one of `partitions`) of what
+/// the link to the leader should have in flight (`in_flight`, see
+/// [`grouped::LinkEstimate`]) spread over the fetch lanes, at least
+/// [`BATCHES_PER_FETCH`] batches seen (before any is, [`KAFKA_MAX_BATCH`]),
+/// within [`MIN_FETCH_BYTES`]..[`MAX_FETCH_BYTES`] and a quarter of the
+/// `budget`. Returns it with the bytes the partition may keep in flight:
+/// its share, at least three fetches (so that the link stays busy while
+/// answers are written), within half the budget.
+pub fn fetch_plan(partitions: usize, budget: usize, in_flight: usize, density: &Density) -> (usize, usize) {
+    let partitions = partitions.max(1);
+    let target = (in_flight / partitions).min(budget / 2);
+    let batches = if density.bytes_per_batch > 0.0 && !density.from_log {
+        (BATCHES_PER_FETCH * density.bytes_per_batch) as usize
+    } else {
+        KAFKA_MAX_BATCH.min(budget / partitions)
+    };
+    let ask = (target / grouped::FETCH_LANES)
+        .max(batches)
+        .clamp(MIN_FETCH_BYTES, MAX_FETCH_BYTES)
+        .min((budget / 4).max(MIN_FETCH_BYTES));
+    (ask, target.max(3 * ask).min(budget / 2).max(ask))
+}
+
+/// What to ask for after an answer of `asked` bytes brought no whole
+/// batch though records wait: the first batch is larger. Kafka (0.10.1
+/// on, KIP-74) sends it whole only in the first partition of an answer
+/// that has data, and nothing in the others; older brokers cut it. Twice
+/// as much, within the budget (or [`MAX_FETCH_BYTES`] if that is more:
+/// a batch is never refused for the budget).
+pub fn grow(asked: usize, budget: usize) -> usize {
+    (asked * 2).min(budget.max(MAX_FETCH_BYTES))
+}
+
+/// Where the next fetch ahead goes, with `out` fetches out and the last
+/// of them (`last`: its offset and ask) furthest on: after it, if fewer
+/// than [`grouped::FETCH_LANES`] are out and their asks of `ask` are
+/// still under what the partition may keep in flight (`target`). None
+/// until the source's density is known.
+pub fn ahead_offset(
+    out: usize,
+    last: (i64, usize),
+    density: &Density,
+    ask: usize,
+    target: usize,
+) -> Option<i64> {
+    if out >= grouped::FETCH_LANES || out * ask >= target {
+        return None;
+    }
+    density.offset_after(last.0, last.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fetch_plan, grow, Density, KAFKA_MAX_BATCH, MAX_FETCH_BYTES, MIN_FETCH_BYTES};
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn fetches_ask_for_many_batches_and_keep_three_out_within_half_the_budget() {
+        let unknown = Density::default();
+        let mut large = Density::default();
+        // 16 batches of 1,000 records of 1,000 bytes.
+        large.observe(16_000_000, 16_000, 16);
+        // One partition, 64 MiB budget, 32 MiB wanted in flight: before
+        // anything is known, a quarter of it per lane; then 32 batches,
+        // within a quarter of the budget, and two of them out.
+        assert_eq!(fetch_plan(1, 64 * MIB, 32 * MIB, &unknown), (8 * MIB, 32 * MIB));
+        assert_eq!(fetch_plan(1, 64 * MIB, 32 * MIB, &large), (16 * MIB, 32 * MIB));
+        // A larger budget: 32 batches each, three out if half of it allows.
+        assert_eq!(fetch_plan(1, 128 * MIB, 32 * MIB, &large), (32_000_000, 64 * MIB));
+        assert_eq!(
+            fetch_plan(1, 256 * MIB, 32 * MIB, &large),
+            (32_000_000, 96_000_000)
+        );
+        // Many partitions: a first fetch asks for Kafka's largest default
+        // batch while the budget allows it, the least when it does not.
+        assert_eq!(fetch_plan(16, 64 * MIB, 32 * MIB, &unknown).0, KAFKA_MAX_BATCH);
+        assert_eq!(
+            fetch_plan(1_000, 64 * MIB, 32 * MIB, &unknown).0,
+            64 * MIB / 1_000
+        );
+        assert_eq!(
+            fetch_plan(10_000, 64 * MIB, 32 * MIB, &unknown).0,
+            MIN_FETCH_BYTES
+        );
+        // An estimate from the log's size asks as if nothing were known:
+        // its batch size is a guess.
+        let from_log = Density::from_log(1 << 30, 1_000_000).expect("a log");
+        assert_eq!(
+            fetch_plan(1_000, 64 * MIB, 32 * MIB, &from_log),
+            fetch_plan(1_000, 64 * MIB, 32 * MIB, &unknown)
+        );
+        // A tiny budget bounds everything.
+        assert_eq!(
+            fetch_plan(1, MIB, 32 * MIB, &large),
+            (MIN_FETCH_BYTES.max(MIB / 4), MIB / 2)
+        );
+        // An answer without a whole batch though records wait: twice as
+        // much next time, within the budget (a batch is never refused).
+        assert_eq!(grow(MIB / 2, 64 * MIB), MIB);
+        assert_eq!(grow(48 * MIB, 64 * MIB), 64 * MIB);
+        assert_eq!(grow(MIB, 4 * MIB), 2 * MIB);
+        assert_eq!(grow(32 * MIB, 4 * MIB), MAX_FETCH_BYTES);
+    }
+
+    #[test]
+    fn fetches_ahead_start_a_batch_short_of_the_expected_end() {
+        let mut density = Density::default();
+        assert_eq!(density.offset_after(100, 1 << 20), None, "nothing seen yet");
+        // 10 batches of 100 records of 1,000 bytes.
+        density.observe(1_000_000, 1_000, 10);
+        // 1 MB ahead, less one batch of 100,000 bytes: 900 offsets.
+        assert_eq!(density.offset_after(100, 1_000_000), Some(1_000));
+        // A fetch smaller than one batch guesses nothing.
+        assert_eq!(density.offset_after(100, 50_000), None);
+        // Larger records since: the estimate moves towards them.
+        density.observe(1_000_000, 100, 10);
+        assert!(density.bytes_per_offset > 1_000.0 && density.bytes_per_offset < 10_000.0);
+        // Answers without whole batches change nothing.
+        let before = density.bytes_per_offset;
+        density.observe(0, 0, 0);
+        assert_eq!(density.bytes_per_offset, before);
+    }
+
+    #[test]
+    fn the_logs_size_guesses_fetches_ahead_until_the_first_answer() {
+        assert!(Density::from_log(0, 100).is_none(), "an empty log");
+        assert!(Density::from_log(1_000, 0).is_none(), "no offsets");
+        // 1 GB over 1,000,000 offsets: 1,074 bytes each, batches assumed
+        // as large as Kafka takes by default (the overlap kept).
+        let mut density = Density::from_log(1 << 30, 1_000_000).expect("a log");
+        let ahead = density.offset_after(0, 8 << 20).expect("a guess");
+        let expected = ((8 << 20) - KAFKA_MAX_BATCH) as f64 / ((1 << 30) as f64 / 1e6);
+        assert_eq!(ahead, expected as i64);
+        // The first answer replaces the estimate rather than averaging
+        // with it: 100,000-byte batches of 100 records.
+        density.observe(1_000_000, 1_000, 10);
+        assert_eq!(density.bytes_per_offset(), 1_000.0);
+        assert_eq!(density.bytes_per_batch(), 100_000.0);
+        density.observe(1_000_000, 1_000, 10);
+        assert_eq!(density.bytes_per_offset(), 1_000.0);
+    }
+}
