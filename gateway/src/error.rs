@@ -202,7 +202,11 @@ pub fn kafka_code(failure: Failure<'_>) -> ResponseError {
         // cannot reach is one the client should look up again and retry
         // (every client refreshes its metadata on NOT_LEADER_OR_FOLLOWER,
         // and librdkafka fails a produce on NETWORK_EXCEPTION for good).
+        // So is a leader whose broker the cluster's metadata no longer
+        // lists (it was just killed): Kafka's BROKER_NOT_AVAILABLE is not
+        // retriable, and the Java producer drops the batch on it.
         Failure::Partition(e) => match e.code() {
+            Some(ResponseError::BrokerNotAvailable) => ResponseError::NotLeaderOrFollower,
             Some(code) => code,
             None if e.is_retriable() => ResponseError::NotLeaderOrFollower,
             None => kafka_code(Failure::Upstream(e)),
@@ -296,6 +300,16 @@ mod tests {
             Failure::ProducerId(&refused),
             ResponseError::ClusterAuthorizationFailed,
             false,
+        );
+        let gone = strait_upstream::UpstreamError::Kafka {
+            cluster: "dc1".into(),
+            what: "Metadata for broker 2".into(),
+            code: ResponseError::BrokerNotAvailable,
+        };
+        check(
+            Failure::Partition(&gone),
+            ResponseError::NotLeaderOrFollower,
+            true,
         );
     }
 }
