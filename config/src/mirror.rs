@@ -31,10 +31,10 @@ pub const DEFAULT_RENAME: &str = "{topic}";
 pub const DEFAULT_COMMIT_INTERVAL: HumanDuration = HumanDuration::secs(1);
 /// Default `discovery_interval`: 10 seconds.
 pub const DEFAULT_DISCOVERY_INTERVAL: HumanDuration = HumanDuration::secs(10);
-/// Default `max_bytes_in_flight` of a mirror: 128MiB, room for two
-/// fetches of 32 MiB (the most one fetch asks for) in flight (half the
-/// budget) beside the answers being written: about what one partition
-/// needs to fill a 100 ms x 100 MB/s link.
+/// Default `max_bytes_in_flight` of a mirror: 128MiB, room for three
+/// fetches of 32 MiB (the most one fetch asks for) in flight (three
+/// quarters of the budget) beside the answer being written: what one
+/// partition needs to fill a 100 ms x 100 MB/s link.
 pub const DEFAULT_MAX_BYTES_IN_FLIGHT: ByteSize = ByteSize::mib(128);
 /// The largest batch `coalesce_below` merges small batches into: 1MiB.
 pub const COALESCE_UP_TO: ByteSize = ByteSize::mib(1);

@@ -5,9 +5,11 @@
 //! - The **fetch task** reads the source from the partition's position
 //!   (requests grouped by leader, [`crate::grouped`]), with several
 //!   fetches out when the source holds more than one brings (at offsets
-//!   estimated ahead, answers taken in order, overlaps dropped, gaps
-//!   filled), and, caught up with a trickle, a second fetch at the
-//!   position that the fetcher sends half a round trip after the first
+//!   estimated ahead, a mirror's only partition's first few asking in a
+//!   staircase of sizes so that their answers end out of step, answers
+//!   taken in order, overlaps dropped, gaps filled: [`crate::plan`]), and,
+//!   caught up with a trickle, a second fetch at the position that the
+//!   fetcher sends half a round trip after the first
 //!   (`staggered_polls`: one is always waiting at the broker); it turns
 //!   each batch into target batches ([`crate::batch`]) and queues them.
 //!   Every fetch first reserves bytes from the mirror's
@@ -295,6 +297,9 @@ async fn fetch_loop(
     let (mut density, mut end) = log.unwrap_or((Density::default(), -1));
     // The last answer brought less than [`STAGGER_BELOW`].
     let mut trickle = false;
+    // The step of the next fetch ahead in the staircase a fresh start
+    // sends ([`plan::step_ask`]).
+    let mut step = usize::MAX;
     loop {
         let position = transformer.position();
         let link = shared.fetcher.link(&state.source_topic, state.partition).await;
@@ -312,7 +317,8 @@ async fn fetch_loop(
             } else if caught_up {
                 ask.min(POLL_BYTES)
             } else {
-                ask
+                step = 2;
+                plan::step_ask(1, ask, target, partitions)
             };
             let reserve = ask_now.min(shared.budget_bytes);
             let permit = tokio::select! {
@@ -364,13 +370,15 @@ async fn fetch_loop(
                         })
                         .flatten()
                         .filter(|next| *next < end);
+                    let ahead_ask = plan::step_ask(step, ask, target, partitions);
                     tokio::select! {
                         biased;
                         _ = crate::shut_down(&mut shutdown) => return Ok(()),
-                        permit = shared.budget.clone().acquire_many_owned(ask as u32), if next.is_some() => {
+                        permit = shared.budget.clone().acquire_many_owned(ahead_ask as u32), if next.is_some() => {
                             let permit = permit.expect("budget never closes");
                             let next = next.expect("checked");
-                            match send_flight(shared, state, next, ask, true, permit).await {
+                            step = step.saturating_add(1);
+                            match send_flight(shared, state, next, ahead_ask, true, permit).await {
                                 Some(flight) => flights.push_back(flight),
                                 // The fetch at the position will tell.
                                 None => refused = true,

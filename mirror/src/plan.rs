@@ -100,10 +100,20 @@ impl Density {
 /// within [`MIN_FETCH_BYTES`]..[`MAX_FETCH_BYTES`] and a quarter of the
 /// `budget`. Returns it with the bytes the partition may keep in flight:
 /// its share, at least three fetches (so that the link stays busy while
-/// answers are written), within half the budget.
+/// answers are written), within half the budget; a partition alone,
+/// within three quarters of it (the last quarter holds the answer being
+/// written), which makes room for three fetches of the most one asks for:
+/// their answers end out of step ([`step_ask`]), so two still stream while
+/// the third's successor travels. Several partitions' answers end out of
+/// step anyway.
 pub fn fetch_plan(partitions: usize, budget: usize, in_flight: usize, density: &Density) -> (usize, usize) {
     let partitions = partitions.max(1);
-    let target = (in_flight / partitions).min(budget / 2);
+    let most = if partitions == 1 {
+        budget / 4 * 3
+    } else {
+        budget / 2
+    };
+    let target = (in_flight / partitions).min(most);
     let batches = if density.bytes_per_batch > 0.0 && !density.from_log {
         (BATCHES_PER_FETCH * density.bytes_per_batch) as usize
     } else {
@@ -113,7 +123,26 @@ pub fn fetch_plan(partitions: usize, budget: usize, in_flight: usize, density: &
         .max(batches)
         .clamp(MIN_FETCH_BYTES, MAX_FETCH_BYTES)
         .min((budget / 4).max(MIN_FETCH_BYTES));
-    (ask, target.max(3 * ask).min(budget / 2).max(ask))
+    (ask, target.max(3 * ask).min(most).max(ask))
+}
+
+/// What the `step`-th fetch (from 1) of a partition that starts fetching
+/// with data waiting asks for, while it sends the fetches it keeps out
+/// (`target` over `ask`, within [`grouped::FETCH_LANES`]), if it is the
+/// mirror's only one (of `partitions`): a staircase, `ask` times `step`
+/// over that many, then `ask`. Fetches that start together and ask alike
+/// share the link alike and end together, and their successors, sent
+/// together, leave it idle for a round trip; answers of a staircase end
+/// one after another, and each successor travels while the others stream
+/// (their successors, asking alike, stay in step after them). Several
+/// partitions' fetches end out of step anyway, and each of them may have
+/// only a few fetches to make: they ask for `ask` from the first.
+pub fn step_ask(step: usize, ask: usize, target: usize, partitions: usize) -> usize {
+    let steps = (target / ask.max(1)).clamp(1, grouped::FETCH_LANES);
+    if step >= steps || partitions > 1 {
+        return ask;
+    }
+    (ask / steps * step.max(1)).max(MIN_FETCH_BYTES)
 }
 
 /// What to ask for after an answer of `asked` bytes brought no whole
@@ -146,23 +175,31 @@ pub fn ahead_offset(
 
 #[cfg(test)]
 mod tests {
-    use super::{fetch_plan, grow, Density, KAFKA_MAX_BATCH, MAX_FETCH_BYTES, MIN_FETCH_BYTES};
+    use super::{fetch_plan, grow, step_ask, Density, KAFKA_MAX_BATCH, MAX_FETCH_BYTES, MIN_FETCH_BYTES};
 
     const MIB: usize = 1 << 20;
 
     #[test]
-    fn fetches_ask_for_many_batches_and_keep_three_out_within_half_the_budget() {
+    fn fetches_ask_for_many_batches_and_keep_three_out_within_three_quarters_of_the_budget() {
         let unknown = Density::default();
         let mut large = Density::default();
         // 16 batches of 1,000 records of 500 bytes.
         large.observe(8_000_000, 16_000, 16);
         // One partition, 64 MiB budget, 32 MiB wanted in flight: before
         // anything is known, a quarter of it per lane; then 64 batches,
-        // within a quarter of the budget, and two of them out.
+        // within a quarter of the budget, and three of them out.
         assert_eq!(fetch_plan(1, 64 * MIB, 32 * MIB, &unknown), (8 * MIB, 32 * MIB));
-        assert_eq!(fetch_plan(1, 64 * MIB, 32 * MIB, &large), (16 * MIB, 32 * MIB));
-        // A larger budget: 64 batches each, three out if half of it allows.
-        assert_eq!(fetch_plan(1, 128 * MIB, 32 * MIB, &large), (32_000_000, 64 * MIB));
+        assert_eq!(fetch_plan(1, 64 * MIB, 32 * MIB, &large), (16 * MIB, 48 * MIB));
+        // A larger budget: 64 batches each, three out within three
+        // quarters of it; two within half of it for one of 16 partitions.
+        assert_eq!(
+            fetch_plan(1, 128 * MIB, 32 * MIB, &large),
+            (32_000_000, 96_000_000)
+        );
+        assert_eq!(
+            fetch_plan(16, 128 * MIB, 32 * MIB, &large),
+            (32_000_000, 64 * MIB)
+        );
         assert_eq!(
             fetch_plan(1, 256 * MIB, 32 * MIB, &large),
             (32_000_000, 96_000_000)
@@ -192,7 +229,7 @@ mod tests {
         // A tiny budget bounds everything.
         assert_eq!(
             fetch_plan(1, MIB, 32 * MIB, &large),
-            (MIN_FETCH_BYTES.max(MIB / 4), MIB / 2)
+            (MIN_FETCH_BYTES.max(MIB / 4), 3 * MIB / 4)
         );
         // An answer without a whole batch though records wait: twice as
         // much next time, within the budget (a batch is never refused).
@@ -200,6 +237,24 @@ mod tests {
         assert_eq!(grow(48 * MIB, 64 * MIB), 64 * MIB);
         assert_eq!(grow(MIB, 4 * MIB), 2 * MIB);
         assert_eq!(grow(32 * MIB, 4 * MIB), MAX_FETCH_BYTES);
+    }
+
+    #[test]
+    fn a_partitions_first_fetches_ask_in_a_staircase() {
+        // Three out: a third, two thirds, then the whole ask.
+        let (ask, target) = (30 * MIB, 90 * MIB);
+        let steps: Vec<usize> = (1..=5).map(|k| step_ask(k, ask, target, 1)).collect();
+        assert_eq!(steps, [10 * MIB, 20 * MIB, ask, ask, ask]);
+        // One out: no staircase; never below the least a fetch asks for.
+        assert_eq!(step_ask(1, ask, ask, 1), ask);
+        assert_eq!(
+            step_ask(1, MIN_FETCH_BYTES, 4 * MIN_FETCH_BYTES, 1),
+            MIN_FETCH_BYTES
+        );
+        // At most one step per fetch lane.
+        assert_eq!(step_ask(1, 4 * MIB, 64 * MIB, 1), MIB);
+        // One of several partitions: no staircase.
+        assert_eq!(step_ask(1, ask, target, 16), ask);
     }
 
     #[test]
