@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -36,6 +36,7 @@ pub struct Admin {
     serving: bool,
     gateway: OnceLock<Gateway>,
     mirrors: OnceLock<Arc<Tracker>>,
+    groups: OnceLock<Arc<strait_lag::Tracker>>,
 }
 
 /// The gateway as `/api/v1/gateway` shows it.
@@ -59,6 +60,7 @@ impl Admin {
             serving,
             gateway: OnceLock::new(),
             mirrors: OnceLock::new(),
+            groups: OnceLock::new(),
         })
     }
 
@@ -70,6 +72,11 @@ impl Admin {
     /// The mirrors started.
     pub fn set_mirrors(&self, tracker: Arc<Tracker>) {
         let _ = self.mirrors.set(tracker);
+    }
+
+    /// Consumer groups are watched.
+    pub fn set_groups(&self, tracker: Arc<strait_lag::Tracker>) {
+        let _ = self.groups.set(tracker);
     }
 
     /// `Ok` when ready: the Kafka listener is up and every upstream
@@ -143,13 +150,15 @@ pub async fn start(
         .route("/readyz", get(readyz))
         .route("/api/v1/mirrors", get(mirrors))
         .route("/api/v1/gateway", get(gateway))
+        .route("/api/v1/groups", get(groups))
+        .route("/api/v1/groups/{cluster}/{group}", get(group))
         .with_state(admin)
         .layer(axum::middleware::from_fn_with_state(token.clone(), authorize));
     tracing::info!(
         listen = %addr,
         tls = tls.is_some(),
         token = token.is_some(),
-        "admin listener ready (/, /metrics, /healthz, /readyz, /api/v1/mirrors, /api/v1/gateway)"
+        "admin listener ready (/, /metrics, /healthz, /readyz, /api/v1/mirrors, /api/v1/gateway, /api/v1/groups)"
     );
     Ok(tokio::spawn(async move {
         let stopped = async move {
@@ -312,6 +321,76 @@ fn json_response(value: Value) -> Response {
         value.to_string(),
     )
         .into_response()
+}
+
+async fn groups(State(admin): State<Arc<Admin>>) -> Response {
+    let views = admin.groups.get().map(|t| t.view()).unwrap_or_default();
+    let clusters: Vec<Value> = admin
+        .groups
+        .get()
+        .map(|t| t.clusters())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, error, polls_failed, skipped)| {
+            json!({ "cluster": name, "error": error, "polls_failed": polls_failed, "groups_left_out": skipped })
+        })
+        .collect();
+    json_response(json!({
+        "watching": admin.groups.get().is_some(),
+        "clusters": clusters,
+        "groups": views.iter().map(|g| group_json(g, false)).collect::<Vec<_>>(),
+    }))
+}
+
+async fn group(State(admin): State<Arc<Admin>>, Path((cluster, group)): Path<(String, String)>) -> Response {
+    let views = admin.groups.get().map(|t| t.view()).unwrap_or_default();
+    match views.iter().find(|g| g.cluster == cluster && g.group == group) {
+        Some(g) => json_response(group_json(g, true)),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("no watched group {group:?} on cluster {cluster:?} (see /api/v1/groups)\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// A group of `/api/v1/groups`; with its partitions if `partitions`.
+fn group_json(g: &strait_lag::GroupView, partitions: bool) -> Value {
+    let mut value = json!({
+        "cluster": g.cluster,
+        "group": g.group,
+        "state": g.state,
+        "members": g.members,
+        "max_lag_records": g.max_lag_records,
+        "max_lag_seconds": g.max_lag_seconds,
+        "status": g.verdict.level.as_str(),
+        "reason": g.verdict.reason,
+    });
+    if partitions {
+        value["partitions"] = g
+            .partitions
+            .iter()
+            .map(|p| {
+                let (lag, standing) = match p.standing {
+                    strait_lag::Standing::Behind(n) => (Some(n), "behind"),
+                    strait_lag::Standing::Gone => (None, "partition gone"),
+                    strait_lag::Standing::BeyondEnd => (None, "offset beyond the end"),
+                };
+                json!({
+                    "topic": p.topic,
+                    "partition": p.partition,
+                    "committed": p.committed,
+                    "end": p.end,
+                    "lag_records": lag,
+                    "lag_seconds": p.lag_seconds,
+                    "standing": standing,
+                    "status": p.verdict.level.as_str(),
+                    "reason": p.verdict.reason,
+                })
+            })
+            .collect();
+    }
+    value
 }
 
 async fn mirrors(State(admin): State<Arc<Admin>>) -> Response {

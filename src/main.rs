@@ -18,6 +18,7 @@ use clap::{Parser, Subcommand};
 
 mod admin;
 mod check;
+mod lag;
 mod limits;
 mod mirror_cmd;
 mod mirrors;

@@ -588,3 +588,172 @@ fn json_logs_name_the_connection_and_topic_labels_can_be_summed() {
     }
     assert_eq!(created, ["one", "two"], "{log}");
 }
+
+/// Issue 23: a group behind on a topic of Apache Kafka (it read and
+/// committed 30 and 20 records, then 15 and 5 more arrived), as `strait
+/// serve` watching the cluster (no routes) exports it: the exact lag in
+/// records per partition, in seconds since the oldest unread record was
+/// written (within one poll interval), the group's state, members and
+/// status, in `/metrics` and `/api/v1/groups`.
+#[test]
+fn a_groups_lag_on_kafka_is_exact_per_partition() {
+    let dc1 = Kafka::shared();
+    let topic = unique("lag");
+    let group = unique("lag-group");
+    dc1.create_topic(&topic, 2, &[]);
+    let b = dc1.bootstrap();
+    let since_epoch = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let produce = |partition: i32, start: usize, count: usize| {
+        let produced = run_client(
+            "ck_produce.py",
+            &[
+                "--bootstrap",
+                &b,
+                "--topic",
+                &topic,
+                "--start",
+                &start.to_string(),
+                "--count",
+                &count.to_string(),
+                "--partition",
+                &partition.to_string(),
+            ],
+        );
+        assert_eq!(produced["delivered"], count, "{produced}");
+    };
+    produce(0, 0, 30);
+    produce(1, 30, 20);
+    // One member reads all 50 and commits them; then 15 and 5 more
+    // arrive, unread.
+    let consumed = run_client(
+        "ck_consume.py",
+        &[
+            "--bootstrap",
+            &b,
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+            "--expect",
+            "50",
+            "--commit",
+        ],
+    );
+    assert_eq!(consumed["records"], 50, "{consumed}");
+    let produced_from = since_epoch();
+    produce(0, 50, 15);
+    produce(1, 65, 5);
+    let produced_to = since_epoch();
+    let committed = support::committed(&b, &group, &topic);
+    assert_eq!(committed, BTreeMap::from([(0, Some(30)), (1, Some(20))]));
+    let expected = BTreeMap::from([(0, 15i64), (1, 5i64)]);
+
+    let admin = free_port();
+    let (strait, _dir) = strait_with(&format!(
+        "clusters:\n  dc1: {{ bootstrap: [\"{b}\"] }}\nadmin:\n  listen: \"127.0.0.1:{admin}\"\n\
+         lag:\n  interval: 1s\n  groups: \"{group}|other\"\n"
+    ));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let selector = |name: &str, p: i32| {
+        [
+            format!("{name}{{"),
+            "cluster=\"dc1\"".to_owned(),
+            format!("group=\"{group}\""),
+            format!("topic=\"{topic}\""),
+            format!("partition=\"{p}\""),
+        ]
+    };
+    let value = |metrics: &str, name: &str, p: i32| {
+        let parts = selector(name, p);
+        let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+        support::metric(metrics, &parts)
+    };
+    let (metrics, scraped) = loop {
+        let scraped = since_epoch();
+        let metrics = http(admin, "/metrics").1;
+        let exact = expected
+            .iter()
+            .all(|(&p, &lag)| value(&metrics, "strait_group_lag_records", p) == Some(lag as f64));
+        if exact && value(&metrics, "strait_group_lag_seconds", 0).is_some() {
+            break (metrics, scraped);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "lag not exported as {expected:?}:\n{}\n{}",
+            metrics
+                .lines()
+                .filter(|l| l.starts_with("strait_group") || l.starts_with("strait_lag"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            strait.log()
+        );
+        thread::sleep(Duration::from_millis(300));
+    };
+    // Lag in seconds: the oldest unread record was produced between
+    // `produced_from` and `produced_to`, and timed at a poll within one
+    // interval (1 s, and the poll's own time) before the scrape.
+    for p in [0, 1] {
+        let seconds = value(&metrics, "strait_group_lag_seconds", p)
+            .unwrap_or_else(|| panic!("no lag in seconds for partition {p}: {metrics}"));
+        let (low, high) = (scraped - 1.5 - produced_to, scraped + 0.5 - produced_from);
+        assert!(
+            seconds >= low.max(0.0) && seconds <= high,
+            "partition {p}: {seconds} s, not within {low:.2}..{high:.2}"
+        );
+    }
+    let of_group = |name: &str, extra: &str| {
+        support::metric(
+            &metrics,
+            &[name, "cluster=\"dc1\"", &format!("group=\"{group}\""), extra],
+        )
+    };
+    assert_eq!(of_group("strait_group_max_lag_records{", ""), Some(15.0));
+    assert_eq!(
+        of_group("strait_group_state{", "state=\"Empty\""),
+        Some(1.0),
+        "{metrics}"
+    );
+    // Behind with no members: stopped.
+    assert_eq!(
+        of_group("strait_group_status{", "status=\"STOP\""),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("group=\"__"), "only the groups watched");
+
+    let (status, body) = http(admin, &format!("/api/v1/groups/dc1/{group}"));
+    assert_eq!(status, 200, "{body}");
+    let view: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(view["state"], "Empty", "{view}");
+    assert_eq!(view["members"], 0, "{view}");
+    assert_eq!(view["status"], "STOP", "{view}");
+    assert_eq!(view["max_lag_records"], 15, "{view}");
+    for (&p, &lag) in &expected {
+        let found = view["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["topic"] == topic.as_str() && x["partition"] == p)
+            .unwrap_or_else(|| panic!("partition {p} in {view}"));
+        assert_eq!(found["lag_records"], lag, "{view}");
+        assert_eq!(found["committed"].as_i64(), committed[&p], "{view}");
+        assert_eq!(found["end"].as_i64(), committed[&p].map(|c| c + lag), "{view}");
+    }
+    let listed: Value = serde_json::from_str(&http(admin, "/api/v1/groups").1).unwrap();
+    assert_eq!(listed["watching"], true, "{listed}");
+    assert!(
+        listed["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["group"] == group.as_str() && g["cluster"] == "dc1"),
+        "{listed}"
+    );
+    let (status, body) = http(admin, "/api/v1/groups/dc1/no-such-group");
+    assert_eq!(status, 404, "{body}");
+}

@@ -72,6 +72,29 @@ pub fn newest_record_timestamp(batch: &[u8], limit: usize) -> Result<i64, Record
         .fold(header.base_timestamp, i64::max))
 }
 
+/// When the first record at or after `offset` of the batch at the start of
+/// `batch` was written: its own timestamp, or the batch's for a
+/// `LogAppendTime` batch (every record has the broker's append time). Reads
+/// the records (decompressed, at most `limit` bytes, if need be) only for
+/// a create-time batch. None when the batch holds no record at or after
+/// `offset`, or is a control batch (a transaction marker, no record a
+/// consumer sees).
+pub fn timestamp_at(batch: &[u8], offset: i64, limit: usize) -> Result<Option<i64>, RecordError> {
+    let header = BatchHeader::parse(batch)?;
+    if header.is_control() || header.last_offset() < offset {
+        return Ok(None);
+    }
+    if header.log_append_time() {
+        return Ok(Some(header.max_timestamp));
+    }
+    let section = records_section(batch, limit)?;
+    let records = parse_records(&section, header.record_count)?;
+    Ok(records
+        .iter()
+        .find(|r| header.base_offset.saturating_add(r.offset_delta) >= offset)
+        .map(|r| header.base_timestamp.saturating_add(r.timestamp_delta)))
+}
+
 /// The records section of the batch at the start of `batch`: borrowed when
 /// the batch is uncompressed, decompressed (at most `limit` bytes) when it
 /// is not. Decode it with [`parse_records`] and the header's record count.

@@ -311,3 +311,39 @@ fn a_producer_stamp_keeps_the_crc_and_clears_the_transaction() {
     assert!(!h.is_transactional());
     assert_eq!(records(&batch).unwrap().len(), 2);
 }
+
+#[test]
+fn the_timestamp_at_an_offset_is_its_records_or_the_append_time() {
+    // Base offset 100; records at 100, 101, 102 written at 500, 501, 502.
+    let mut buf = build::batch(500, &[b"a", b"b", b"c"]);
+    stamp(&mut buf, 100, 0);
+    let limit = 1 << 20;
+    assert_eq!(
+        timestamp_at(&buf, 0, limit),
+        Ok(Some(500)),
+        "before the batch: its first record"
+    );
+    assert_eq!(timestamp_at(&buf, 101, limit), Ok(Some(501)));
+    assert_eq!(timestamp_at(&buf, 102, limit), Ok(Some(502)));
+    assert_eq!(timestamp_at(&buf, 103, limit), Ok(None), "after its last record");
+    // LogAppendTime: every record has the broker's time, the max.
+    let appended = build::batch_with(
+        build::BatchSpec {
+            base_timestamp: 500,
+            attributes: LOG_APPEND_TIME,
+            max_timestamp: Some(9_000),
+            ..build::BatchSpec::default()
+        },
+        &[b"a", b"b"],
+    );
+    assert_eq!(timestamp_at(&appended, 1, limit), Ok(Some(9_000)));
+    // A transaction marker holds nothing a consumer reads.
+    let marker = build::batch_with(
+        build::BatchSpec {
+            attributes: CONTROL | TRANSACTIONAL,
+            ..build::BatchSpec::default()
+        },
+        &[b"m"],
+    );
+    assert_eq!(timestamp_at(&marker, 0, limit), Ok(None));
+}

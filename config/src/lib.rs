@@ -28,6 +28,8 @@
 //!   with salted and hashed SCRAM credentials.
 //! - [`admin`]: the `admin:` section: the HTTP listener for `/metrics` and
 //!   `/healthz` ([`AdminConfig`]).
+//! - [`lag`]: the `lag:` section: which consumer groups Strait watches,
+//!   on which clusters, how often ([`LagConfig`]).
 //! - [`mirror`]: the `mirrors:` section: what to copy between clusters
 //!   ([`MirrorConfig`]), with the runtime helpers
 //!   [`MirrorConfig::topic_filter`], [`MirrorConfig::target_topic`] and
@@ -71,6 +73,7 @@ pub mod acl;
 pub mod admin;
 pub mod cluster;
 pub mod error;
+pub mod lag;
 pub mod mirror;
 mod names;
 mod overlap;
@@ -86,6 +89,7 @@ pub use acl::{AclConfig, Acls, NameMatch, Operation, ResourceType};
 pub use admin::AdminConfig;
 pub use cluster::ClusterConfig;
 pub use error::{ConfigError, Invalid};
+pub use lag::LagConfig;
 pub use mirror::{MirrorConfig, OnLostRecords, StartPosition};
 pub use pattern::TopicFilter;
 pub use route::{Destination, GroupRouteConfig, GroupRoutes, RouteConfig, Routed, Routes};
@@ -141,6 +145,10 @@ pub struct Config {
     /// See [`AclConfig`] and the [`acl`] module.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acls: Option<Vec<AclConfig>>,
+    /// The consumer groups whose lag Strait exports, on its spool and on
+    /// every cluster under `clusters`. Default: every group, every 5 s.
+    /// See [`LagConfig`].
+    pub lag: LagConfig,
 }
 
 fn unique_clusters<'de, D: Deserializer<'de>>(
@@ -168,6 +176,7 @@ impl Default for Config {
             routes: Vec::new(),
             groups: Vec::new(),
             acls: None,
+            lag: LagConfig::default(),
         }
     }
 }
@@ -230,6 +239,7 @@ impl Config {
         }
         route::validate(&self.routes, &self.clusters, "routes")?;
         route::validate_groups(&self.groups, &self.clusters, "groups")?;
+        self.lag.validate("lag", &self.clusters)?;
         Ok(())
     }
 
@@ -303,6 +313,7 @@ impl Config {
             routes: self.effective_routes(),
             groups: self.effective_groups(),
             acls: self.acls.clone(),
+            lag: self.lag.clone(),
         }
     }
 

@@ -5,7 +5,7 @@
 use regex::Regex;
 
 /// A mirror's `topics` and `exclude`, compiled: which source topics it
-/// copies.
+/// copies (and, alike, which groups `lag:` watches).
 #[derive(Debug, Clone)]
 pub struct TopicFilter {
     include: Regex,

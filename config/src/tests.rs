@@ -336,6 +336,14 @@ routes:
 groups:
 - regex: .*
   to: local
+lag:
+  enabled: true
+  interval: 5s
+  groups: .*
+  exclude: ''
+  read_committed: ''
+  partition_labels: true
+  max_groups: 10000
 "
     );
 }
@@ -401,6 +409,14 @@ routes:
 groups:
 - regex: .*
   to: local
+lag:
+  enabled: true
+  interval: 5s
+  groups: .*
+  exclude: ''
+  read_committed: ''
+  partition_labels: true
+  max_groups: 10000
 "
     );
 }
