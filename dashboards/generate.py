@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""Write Strait's Grafana dashboards: strait-gateway.json and strait-mirror.json.
+"""Write Strait's Grafana dashboards: strait-gateway.json, strait-mirror.json and strait-groups.json.
 
 Standard library only; no network. The JSON files sit next to this script and
 are committed; regenerate them after changing a panel here:
 
-    python3 dashboards/generate.py           # write both files
+    python3 dashboards/generate.py           # write the files
     python3 dashboards/generate.py --check   # exit 1 if the committed files differ
     python3 dashboards/generate.py --exprs   # every PromQL expression, one JSON object a line
 
 `--exprs` substitutes the template variables so that each expression runs as
-is against a real Prometheus: `$mirror`, `$topic`, `$cluster`, `$api` become
+is against a real Prometheus: `$mirror`, `$topic`, `$cluster`, `$group`, `$api` become
 `.*` (every matcher on them is a regex match `=~`), `$__rate_interval` becomes
 `1m` and `$__range` becomes `1h`.
 
@@ -31,6 +31,7 @@ EXPR_SUBSTITUTIONS = [
     ("$mirror", ".*"),
     ("$topic", ".*"),
     ("$cluster", ".*"),
+    ("$group", ".*"),
     ("$api", ".*"),
 ]
 
@@ -1028,9 +1029,171 @@ def mirror():
     )
 
 
+def groups():
+    cg = 'cluster=~"$cluster", group=~"$group"'
+    status_map = value_map([(i, name, color) for i, (name, color) in enumerate(STATUS_ORDER)])
+    status_steps = steps(*[(None if i == 0 else i, color) for i, (_, color) in enumerate(STATUS_ORDER)])
+    # Each group's status as a number (OK 0 ... ERR 4).
+    worst = " or ".join(
+        f'(strait_group_status{{{cg}, status="{name}"}} == 1) * {i}' for i, (name, _) in enumerate(STATUS_ORDER)
+    )
+    polls_failed = rate("strait_lag_poll_errors_total", 'cluster=~"$cluster"')
+    group_legend = "{{cluster}} {{group}}"
+    part_legend = "{{cluster}} {{group}} {{topic}}/{{partition}}"
+    rows = [
+        (
+            "Status",
+            [
+                [
+                    (
+                        stat(
+                            "Group status",
+                            "Each consumer group's evaluated status, its worst partition's, judged like a "
+                            "mirror's: OK, WARN (falling behind), STALL (committed offset not moving with "
+                            "lag), STOP (behind with no members), ERR (offsets not read, or an offset beyond "
+                            "the partition's end). Rules: dashboards/README.md; details: /api/v1/groups.",
+                            "short",
+                            [target(f"max by (cluster, group) ({worst})", group_legend)],
+                            mappings=status_map,
+                            thresholds=status_steps,
+                        ),
+                        12,
+                        6,
+                    ),
+                    (
+                        stat(
+                            "Groups by status",
+                            "How many watched groups have each evaluated status now.",
+                            "short",
+                            [target(f"count by (status) (strait_group_status{{{cg}}} == 1)", "{{status}}")],
+                            color_mode="value",
+                        ),
+                        6,
+                        6,
+                    ),
+                    (
+                        stat(
+                            "Groups left out",
+                            "Watched groups beyond lag.max_groups per cluster, not read (the log names them).",
+                            "short",
+                            [target('max by (cluster) (strait_lag_groups_skipped{cluster=~"$cluster"})', "{{cluster}}")],
+                            thresholds=steps((None, "green"), (1, "orange")),
+                        ),
+                        6,
+                        6,
+                    ),
+                ]
+            ],
+        ),
+        (
+            "Lag",
+            [
+                [
+                    (
+                        timeseries(
+                            "Lag per group (records)",
+                            "Each group's largest partition lag: its end (high watermark, or last stable "
+                            "offset for lag.read_committed groups) minus the committed offset.",
+                            "short",
+                            [target(f"max by (cluster, group) (strait_group_max_lag_records{{{cg}}})", group_legend)],
+                        ),
+                        12,
+                        8,
+                    ),
+                    (
+                        timeseries(
+                            "Lag per group (seconds)",
+                            "How long ago the oldest record the group has not read was written, from that "
+                            "record's own timestamp (exact, not interpolated); 0 when caught up.",
+                            "s",
+                            [target(f"max by (cluster, group) (strait_group_max_lag_seconds{{{cg}}})", group_legend)],
+                        ),
+                        12,
+                        8,
+                    ),
+                ],
+                [
+                    (
+                        timeseries(
+                            "Lag per partition (records)",
+                            "Per topic and partition (per topic, summed, with lag.partition_labels: false).",
+                            "short",
+                            [target(f"strait_group_lag_records{{{cg}}}", part_legend)],
+                        ),
+                        12,
+                        8,
+                    ),
+                    (
+                        timeseries(
+                            "Lag per partition (seconds)",
+                            "Per topic and partition (per topic, the largest, with lag.partition_labels: false).",
+                            "s",
+                            [target(f"strait_group_lag_seconds{{{cg}}}", part_legend)],
+                        ),
+                        12,
+                        8,
+                    ),
+                ],
+            ],
+        ),
+        (
+            "Groups",
+            [
+                [
+                    (
+                        table(
+                            "Status of every group",
+                            "Each watched group's evaluated status and its state as its coordinator names "
+                            "it (Stable, Empty, PreparingRebalance, ...).",
+                            [
+                                target(
+                                    f"max by (cluster, group, status) (strait_group_status{{{cg}}} == 1)",
+                                    "",
+                                    instant=True,
+                                    table=True,
+                                ),
+                                target(
+                                    f"max by (cluster, group, state) (strait_group_state{{{cg}}} == 1)",
+                                    "",
+                                    instant=True,
+                                    table=True,
+                                ),
+                            ],
+                        ),
+                        16,
+                        8,
+                    ),
+                    (
+                        timeseries(
+                            "Polls failed",
+                            "Polls of each cluster's groups that failed (a cluster away, refused "
+                            "permissions); the last error is in /api/v1/groups.",
+                            "short",
+                            [target(f"sum by (cluster) ({polls_failed})", "{{cluster}}")],
+                        ),
+                        8,
+                        8,
+                    ),
+                ]
+            ],
+        ),
+    ]
+    return dashboard(
+        "strait-groups",
+        "Strait consumer groups",
+        "Every consumer group's lag, in records and seconds, on every cluster Strait watches (lag:), "
+        "with a Burrow-style status. Metric catalogue and status rules: dashboards/README.md.",
+        [
+            query_variable("cluster", "Cluster", "label_values(strait_group_status, cluster)"),
+            query_variable("group", "Group", 'label_values(strait_group_status{cluster=~"$cluster"}, group)'),
+        ],
+        layout(rows),
+    )
+
+
 # ---------------------------------------------------------------- main
 
-DASHBOARDS = {"strait-gateway": gateway, "strait-mirror": mirror}
+DASHBOARDS = {"strait-gateway": gateway, "strait-mirror": mirror, "strait-groups": groups}
 
 
 def render(board):
@@ -1078,7 +1241,7 @@ def main(argv):
         sys.stderr.write("run `python3 dashboards/generate.py` and commit the JSON files\n")
         return 1
     if argv == ["--check"]:
-        print("dashboards: strait-gateway.json and strait-mirror.json match generate.py")
+        print("dashboards: " + ", ".join(f"{name}.json" for name in boards) + " match generate.py")
     return 0
 
 

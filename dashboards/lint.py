@@ -28,7 +28,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 README = os.path.join(HERE, "README.md")
-DASHBOARDS = ["strait-gateway.json", "strait-mirror.json"]
+DASHBOARDS = ["strait-gateway.json", "strait-mirror.json", "strait-groups.json"]
 ALERTS = os.path.join(HERE, "alerts.yml")
 ALERTS_TEST = os.path.join(HERE, "alerts_test.yml")
 

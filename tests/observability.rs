@@ -1,7 +1,8 @@
 //! Watching Strait as its users do: a real Prometheus (Debian's) scraping a
 //! `strait serve` that routes clients to two Apache Kafka clusters (this
 //! process's two shared single nodes; each scene's topic named after it),
-//! keeps local topics and mirrors one cluster to the other, running every PromQL
+//! keeps local topics, mirrors one cluster to the other and watches the
+//! consumer groups of both (the mirror's own among them), running every PromQL
 //! expression of the dashboards and alert rules; the status page in
 //! headless Chromium against `/api/v1/mirrors`; `/readyz` with an upstream
 //! that does not answer.
@@ -49,6 +50,8 @@ routes:
   - {{ prefix: "local.", to: local }}
 admin:
   listen: "127.0.0.1:{admin}"
+lag:
+  interval: 1s
 mirrors:
   dc1-to-dc2:
     source: dc1
@@ -685,11 +688,7 @@ fn a_groups_lag_on_kafka_is_exact_per_partition() {
         assert!(
             Instant::now() < deadline,
             "lag not exported as {expected:?}:\n{}\n{}",
-            metrics
-                .lines()
-                .filter(|l| l.starts_with("strait_group") || l.starts_with("strait_lag"))
-                .collect::<Vec<_>>()
-                .join("\n"),
+            lag_series(&metrics),
             strait.log()
         );
         thread::sleep(Duration::from_millis(300));
@@ -756,4 +755,113 @@ fn a_groups_lag_on_kafka_is_exact_per_partition() {
     );
     let (status, body) = http(admin, "/api/v1/groups/dc1/no-such-group");
     assert_eq!(status, 404, "{body}");
+}
+
+/// Issue 23: groups that go away or point past their partition's end give
+/// a clear state, never a negative lag or a series left behind: a deleted
+/// group's series and JSON go; a deleted topic's lag goes (Kafka drops its
+/// offsets, or the partition reads as gone); an offset committed beyond
+/// the partition's end (as after a topic is recreated) has no lag series
+/// and is ERR with its reason.
+#[test]
+fn deleted_groups_and_topics_and_offsets_past_the_end_leave_no_stale_lag() {
+    let dc1 = Kafka::shared();
+    let b = dc1.bootstrap();
+    let (kept, gone) = (unique("lag-kept"), unique("lag-gone"));
+    let (deleted, on_gone, past) = (unique("lag-deleted"), unique("lag-on-gone"), unique("lag-past"));
+    for topic in [&kept, &gone] {
+        dc1.create_topic(topic, 1, &[]);
+        let produced = run_client(
+            "ck_produce.py",
+            &["--bootstrap", &b, "--topic", topic, "--count", "10"],
+        );
+        assert_eq!(produced["delivered"], 10, "{produced}");
+    }
+    let admin_op = |args: &[&str]| {
+        let mut all = vec!["--bootstrap", b.as_str()];
+        all.extend_from_slice(args);
+        let out = run_client("ck_admin.py", &all);
+        assert_eq!(out["ok"], true, "{args:?}: {out}");
+    };
+    admin_op(&["commit", "--topic", &kept, "--group", &deleted, "--offset", "4"]);
+    admin_op(&["commit", "--topic", &gone, "--group", &on_gone, "--offset", "3"]);
+    admin_op(&["commit", "--topic", &kept, "--group", &past, "--offset", "1000"]);
+
+    let admin = free_port();
+    let (strait, _dir) = strait_with(&format!(
+        "clusters:\n  dc1: {{ bootstrap: [\"{b}\"] }}\nadmin:\n  listen: \"127.0.0.1:{admin}\"\n\
+         lag:\n  interval: 1s\n  groups: \"lag-(deleted|on-gone|past)-.*\"\n"
+    ));
+    let lag = |metrics: &str, group: &str| {
+        support::metric(
+            metrics,
+            &["strait_group_lag_records{", &format!("group=\"{group}\"")],
+        )
+    };
+    let wait = |what: &str, done: &dyn Fn(&str) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let metrics = http(admin, "/metrics").1;
+            if done(&metrics) {
+                return metrics;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}:\n{}\n{}",
+                lag_series(&metrics),
+                strait.log()
+            );
+            thread::sleep(Duration::from_millis(300));
+        }
+    };
+    let metrics = wait("lag of the groups", &|m| {
+        lag(m, &deleted) == Some(6.0) && lag(m, &on_gone) == Some(7.0)
+    });
+    // Past the end: no lag series, ERR, and why.
+    assert_eq!(lag(&metrics, &past), None, "{metrics}");
+    let view: Value = serde_json::from_str(&http(admin, &format!("/api/v1/groups/dc1/{past}")).1).unwrap();
+    assert_eq!(view["status"], "ERR", "{view}");
+    assert_eq!(
+        view["partitions"][0]["standing"], "offset beyond the end",
+        "{view}"
+    );
+    assert_eq!(view["partitions"][0]["lag_records"], Value::Null, "{view}");
+    assert!(view["reason"].as_str().unwrap().contains("beyond"), "{view}");
+
+    // A deleted group: its series and its JSON go.
+    admin_op(&["delete-group", "--group", &deleted]);
+    wait("the deleted group's series gone", &|m| {
+        !m.contains(&format!("group=\"{deleted}\""))
+    });
+    let (status, _) = http(admin, &format!("/api/v1/groups/dc1/{deleted}"));
+    assert_eq!(status, 404);
+
+    // A deleted topic: its lag goes, and nothing turns negative.
+    admin_op(&["delete", "--topic", &gone]);
+    let metrics = wait("the deleted topic's lag gone", &|m| lag(m, &on_gone).is_none());
+    assert!(
+        !metrics
+            .lines()
+            .filter(|l| l.starts_with("strait_group_lag"))
+            .any(|l| l.ends_with(" -1") || l.contains(" -")),
+        "{metrics}"
+    );
+    let (status, body) = http(admin, &format!("/api/v1/groups/dc1/{on_gone}"));
+    if status == 200 {
+        let view: Value = serde_json::from_str(&body).unwrap();
+        for p in view["partitions"].as_array().unwrap() {
+            assert_eq!(p["standing"], "partition gone", "{view}");
+            assert_eq!(p["lag_records"], Value::Null, "{view}");
+        }
+    }
+}
+
+/// The `strait_group_*` and `strait_lag_*` lines of `metrics`, for a
+/// failure's message.
+fn lag_series(metrics: &str) -> String {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("strait_group") || l.starts_with("strait_lag"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }

@@ -8,6 +8,9 @@
   ck_admin.py --bootstrap B offsets  --topic T      (ListOffsets earliest + latest)
   ck_admin.py --bootstrap B committed --topic T --group G   (OffsetFetch, as lag tools read it)
   ck_admin.py --bootstrap B group --group G          (DescribeGroups)
+  ck_admin.py --bootstrap B delete-group --group G   (DeleteGroups)
+  ck_admin.py --bootstrap B commit --topic T --group G --partition P --offset O
+                                                     (OffsetCommit of any offset, for a group without members)
 
 Prints one JSON line:
   create:   {"op": "create", "topic": T, "ok": bool, "error": null | "TOPIC_ALREADY_EXISTS: ..."}
@@ -23,6 +26,7 @@ Prints one JSON line:
   committed: {"op": "committed", "topic": T, "group": G, "committed": {"p": o | null}, "error": null | "..."}
   group:    {"op": "group", "group": G, "state": "STABLE" | ..., "members": [{"client_id": c,
              "assignment": ["topic:p", ...]}], "error": null | "..."}
+  delete-group, commit: {"op": ..., "group": G, "ok": bool, "error": null | "..."}
 
 Exit 1 (JSON still printed) when the operation failed (unless --allow-error).
 """
@@ -49,10 +53,13 @@ def err_text(e):
 def main(t0):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("op", choices=["create", "describe", "delete", "offsets", "grow", "committed", "group"])
+    ap.add_argument("op", choices=["create", "describe", "delete", "offsets", "grow", "committed", "group",
+                                   "delete-group", "commit"])
     ap.add_argument("--topic")
     ap.add_argument("--group", help="group id for committed")
     ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--partition", type=int, default=0, help="partition for commit")
+    ap.add_argument("--offset", type=int, help="offset for commit")
     ap.add_argument("--replication-factor", type=int, default=1)
     ap.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                     help="topic config for create (repeatable)")
@@ -61,10 +68,12 @@ def main(t0):
     ap.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                     help="extra librdkafka property (repeatable)")
     a = ap.parse_args()
-    if a.op not in ("describe", "group") and not a.topic:
+    if a.op not in ("describe", "group", "delete-group") and not a.topic:
         ap.error("%s needs --topic" % a.op)
-    if a.op in ("committed", "group") and not a.group:
+    if a.op in ("committed", "group", "delete-group", "commit") and not a.group:
         ap.error("%s needs --group" % a.op)
+    if a.op == "commit" and a.offset is None:
+        ap.error("commit needs --offset")
 
     # Metadata must not create the topic it describes (Tansu auto-creates).
     conf = {"bootstrap.servers": a.bootstrap, "client.id": "ck_admin", "allow.auto.create.topics": False}
@@ -162,6 +171,25 @@ def main(t0):
                     "client_id": m.client_id,
                     "assignment": sorted("%s:%d" % (tp.topic, tp.partition) for tp in parts),
                 })
+        except Exception as e:  # noqa: BLE001
+            result["error"] = err_text(e)
+
+    elif a.op == "delete-group":
+        result["group"] = a.group
+        try:
+            admin.delete_consumer_groups([a.group], request_timeout=a.timeout)[a.group].result()
+        except Exception as e:  # noqa: BLE001
+            result["error"] = err_text(e)
+
+    elif a.op == "commit":
+        from confluent_kafka import ConsumerGroupTopicPartitions
+        result["group"] = a.group
+        try:
+            want = ConsumerGroupTopicPartitions(a.group, [TopicPartition(a.topic, a.partition, a.offset)])
+            answer = admin.alter_consumer_group_offsets([want], request_timeout=a.timeout)[a.group].result()
+            for tp in answer.topic_partitions:
+                if tp.error is not None:
+                    raise KafkaException(tp.error)
         except Exception as e:  # noqa: BLE001
             result["error"] = err_text(e)
 
