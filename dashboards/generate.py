@@ -719,6 +719,13 @@ def gateway():
 STATUS_ORDER = [("OK", "green"), ("WARN", "yellow"), ("STALL", "orange"), ("STOP", "purple"), ("ERR", "red")]
 
 
+def status_number(metric, matchers):
+    """An evaluated status series as a number, OK 0 ... ERR 4 (STATUS_ORDER)."""
+    return " or ".join(
+        f'({metric}{{{matchers}, status="{name}"}} == 1) * {i}' for i, (name, _) in enumerate(STATUS_ORDER)
+    )
+
+
 def mirror():
     mt = 'mirror=~"$mirror", topic=~"$topic"'
     m = 'mirror=~"$mirror"'
@@ -726,9 +733,7 @@ def mirror():
     status_steps = steps(*[(None if i == 0 else i, color) for i, (_, color) in enumerate(STATUS_ORDER)])
     # Worst status of each mirror as a number (OK 0 ... ERR 4): the mirror's status is its worst
     # partition's (README, Mirror status).
-    worst = " or ".join(
-        f'(strait_mirror_status{{{mt}, status="{name}"}} == 1) * {i}' for i, (name, _) in enumerate(STATUS_ORDER)
-    )
+    worst = status_number("strait_mirror_status", mt)
     part_legend = "{{mirror}} {{topic}}/{{partition}}"
 
     rows = [
@@ -1034,9 +1039,7 @@ def groups():
     status_map = value_map([(i, name, color) for i, (name, color) in enumerate(STATUS_ORDER)])
     status_steps = steps(*[(None if i == 0 else i, color) for i, (_, color) in enumerate(STATUS_ORDER)])
     # Each group's status as a number (OK 0 ... ERR 4).
-    worst = " or ".join(
-        f'(strait_group_status{{{cg}, status="{name}"}} == 1) * {i}' for i, (name, _) in enumerate(STATUS_ORDER)
-    )
+    worst = status_number("strait_group_status", cg)
     polls_failed = rate("strait_lag_poll_errors_total", 'cluster=~"$cluster"')
     group_legend = "{{cluster}} {{group}}"
     part_legend = "{{cluster}} {{group}} {{topic}}/{{partition}}"

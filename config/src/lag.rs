@@ -74,7 +74,7 @@ impl LagConfig {
     ///
     /// If they do not compile, which [`crate::Config::validate`] rules out.
     pub fn group_filter(&self) -> TopicFilter {
-        TopicFilter::new(&self.groups, &self.exclude)
+        TopicFilter::new("groups", &self.groups, &self.exclude)
             .unwrap_or_else(|(key, e)| panic!("lag.{key} was not validated: {e}"))
     }
 
@@ -86,7 +86,7 @@ impl LagConfig {
     /// If it does not compile, which [`crate::Config::validate`] rules out.
     pub fn read_committed_filter(&self) -> Option<TopicFilter> {
         (!self.read_committed.is_empty()).then(|| {
-            TopicFilter::new(&self.read_committed, "")
+            TopicFilter::new("read_committed", &self.read_committed, "")
                 .unwrap_or_else(|(_, e)| panic!("lag.read_committed was not validated: {e}"))
         })
     }
@@ -116,8 +116,7 @@ impl LagConfig {
                 ),
             ));
         }
-        TopicFilter::new(&self.groups, &self.exclude).map_err(|(key, e)| {
-            let key = if key == "topics" { "groups" } else { key };
+        TopicFilter::new("groups", &self.groups, &self.exclude).map_err(|(key, e)| {
             Invalid::new(format!("{prefix}.{key}"), format!("is not a valid regex: {e}"))
         })?;
         full_match(&self.read_committed).map_err(|e| {

@@ -160,7 +160,7 @@ impl MirrorConfig {
     /// If either does not compile, which
     /// [`Config::validate`](crate::Config::validate) rules out.
     pub fn topic_filter(&self) -> TopicFilter {
-        TopicFilter::new(&self.topics, &self.exclude)
+        TopicFilter::new("topics", &self.topics, &self.exclude)
             .unwrap_or_else(|(key, error)| panic!("mirror {key} regex was not validated: {error}"))
     }
 
@@ -221,7 +221,7 @@ impl MirrorConfig {
                  `orders|payments` or `.*`",
             ));
         }
-        let filter = TopicFilter::new(&self.topics, &self.exclude).map_err(|(key, error)| {
+        let filter = TopicFilter::new("topics", &self.topics, &self.exclude).map_err(|(key, error)| {
             let detail = error.to_string();
             let detail = detail.strip_prefix("regex parse error:").unwrap_or(&detail);
             let detail = detail

@@ -13,11 +13,17 @@ pub struct TopicFilter {
 }
 
 impl TopicFilter {
-    /// Compiles `topics` and `exclude` to match whole names. An error says
-    /// which of the two is wrong: `Err(("topics", error))`.
-    pub(crate) fn new(topics: &str, exclude: &str) -> Result<TopicFilter, (&'static str, regex::Error)> {
+    /// Compiles `include` (written under the key `include_key`: a mirror's
+    /// `topics`, `lag:`'s `groups`) and `exclude` to match whole names. An
+    /// error names the key of the one that is wrong:
+    /// `Err((include_key, error))` or `Err(("exclude", error))`.
+    pub(crate) fn new(
+        include_key: &'static str,
+        include: &str,
+        exclude: &str,
+    ) -> Result<TopicFilter, (&'static str, regex::Error)> {
         Ok(TopicFilter {
-            include: full_match(topics).map_err(|e| ("topics", e))?,
+            include: full_match(include).map_err(|e| (include_key, e))?,
             exclude: full_match(exclude).map_err(|e| ("exclude", e))?,
         })
     }

@@ -467,7 +467,7 @@ pub(crate) fn validate(
     for (i, route) in routes.iter().enumerate() {
         checked.push(route.check(&format!("{prefix}[{i}]"), clusters)?);
     }
-    let any = TopicFilter::new(".*", "").expect("`.*` compiles");
+    let any = TopicFilter::new("regex", ".*", "").expect("`.*` compiles");
     let identity = Template::parse("{topic}", "").expect("the identity rename parses");
     for (i, route) in routes.iter().enumerate().skip(1) {
         let earlier: Vec<String> = routes[..i]
@@ -476,7 +476,7 @@ pub(crate) fn validate(
             .collect();
         let earlier = earlier.join("|");
         let mine = route.client_pattern();
-        let filter = TopicFilter::new(&mine, &earlier).expect("checked patterns compile");
+        let filter = TopicFilter::new("regex", &mine, &earlier).expect("checked patterns compile");
         let left = NameMap {
             include: &mine,
             exclude: &earlier,
@@ -506,8 +506,8 @@ pub(crate) fn validate(
             }
             let (pa, pb) = (a.upstream_pattern(), b.upstream_pattern());
             let (fa, fb) = (
-                TopicFilter::new(&pa, "").expect("checked patterns compile"),
-                TopicFilter::new(&pb, "").expect("checked patterns compile"),
+                TopicFilter::new("regex", &pa, "").expect("checked patterns compile"),
+                TopicFilter::new("regex", &pb, "").expect("checked patterns compile"),
             );
             let first = NameMap {
                 include: &pa,

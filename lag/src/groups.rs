@@ -105,12 +105,6 @@ impl PartitionLag {
         }
     }
 
-    /// Sets where the partition ends (None: the cluster has no such
-    /// partition).
-    pub fn set_end(&mut self, end: Option<i64>) {
-        self.end = end;
-    }
-
     /// Where the group stands on this partition.
     pub fn standing(&self) -> Standing {
         match self.end {
@@ -148,20 +142,20 @@ mod tests {
     fn lag_is_never_negative_and_says_why_it_is_missing() {
         let mut p = PartitionLag::committed("orders".into(), 0, 40);
         assert_eq!(p.standing(), Standing::Gone, "end not known: no such partition");
-        p.set_end(Some(100));
+        p.end = Some(100);
         assert_eq!((p.standing(), p.lag_records()), (Standing::Behind(60), Some(60)));
-        p.set_end(Some(40));
+        p.end = Some(40);
         assert_eq!(p.lag_records(), Some(0));
-        p.set_end(Some(10));
+        p.end = Some(10);
         assert_eq!((p.standing(), p.lag_records()), (Standing::BeyondEnd, None));
         assert_eq!(p.lag_seconds(5_000), None);
         // Seconds: since the oldest unread record was written; 0 caught up.
-        p.set_end(Some(100));
+        p.end = Some(100);
         assert_eq!(p.lag_seconds(5_000), None, "its record not read yet");
         p.oldest_unread_ms = Some(2_000);
         assert_eq!(p.lag_seconds(5_000), Some(3.0));
         assert_eq!(p.lag_seconds(1_000), Some(0.0), "a producer's clock ahead");
-        p.set_end(Some(40));
+        p.end = Some(40);
         assert_eq!(p.lag_seconds(5_000), Some(0.0));
         let group = GroupLag {
             group: "g".into(),

@@ -112,7 +112,7 @@ impl Poller {
                 let end = ends
                     .get(&(p.topic.clone(), p.partition))
                     .map(|&(high_watermark, stable)| if committed_only { stable } else { high_watermark });
-                p.set_end(end);
+                p.end = end;
                 if p.lag_records().is_some_and(|n| n > 0) {
                     behind.insert((p.topic.clone(), p.partition, p.committed));
                 }

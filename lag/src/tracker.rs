@@ -17,7 +17,7 @@
 //! Members are in `/api/v1/groups`; the gateway's `strait_group_members
 //! {group}` counts those of the groups Strait coordinates itself.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -112,7 +112,8 @@ impl Tracker {
                 tracked.snapshot = snapshot;
             }
         }
-        let mut live = Vec::new();
+        // Thousands of group partitions: a set, not a list, to keep.
+        let mut live = HashSet::new();
         for group in &tracked.snapshot.groups {
             for p in &group.partitions {
                 let key = (group.group.clone(), p.topic.clone(), p.partition);
@@ -143,7 +144,7 @@ impl Tracker {
                     window.pop_front();
                 }
                 window.push_back(sample);
-                live.push(key);
+                live.insert(key);
             }
         }
         tracked.windows.retain(|key, _| live.contains(key));

@@ -185,7 +185,7 @@ fn defaults() {
 
 #[test]
 fn topic_filter_matches_whole_names() {
-    let filter = TopicFilter::new("orders|payments", "").unwrap();
+    let filter = TopicFilter::new("topics", "orders|payments", "").unwrap();
     assert!(filter.matches("orders"));
     assert!(filter.matches("payments"));
     assert!(
@@ -195,31 +195,31 @@ fn topic_filter_matches_whole_names() {
     assert!(!filter.matches("my-payments"));
 
     // An alternation is grouped before anchoring, and `""` excludes nothing.
-    let filter = TopicFilter::new("a|b.*", "").unwrap();
+    let filter = TopicFilter::new("topics", "a|b.*", "").unwrap();
     assert!(filter.matches("a"));
     assert!(filter.matches("bcd"));
     assert!(!filter.matches("ab"));
 
     // The default exclude keeps internal topics out.
-    let filter = TopicFilter::new(".*", DEFAULT_EXCLUDE).unwrap();
+    let filter = TopicFilter::new("topics", ".*", DEFAULT_EXCLUDE).unwrap();
     assert!(filter.matches("orders"));
     assert!(filter.matches("_private"));
     assert!(!filter.matches("__consumer_offsets"));
     assert!(!filter.matches("__transaction_state"));
 
     // Anchors and flags inside the pattern keep their meaning.
-    let filter = TopicFilter::new("^orders$|(?i)AUDIT", "").unwrap();
+    let filter = TopicFilter::new("topics", "^orders$|(?i)AUDIT", "").unwrap();
     assert!(filter.matches("orders"));
     assert!(filter.matches("audit"));
     assert!(!filter.matches("xaudit"));
 
     // A verbose-mode comment at the end does not swallow the anchoring.
-    let filter = TopicFilter::new("(?x) orders | payments  # the money topics", "").unwrap();
+    let filter = TopicFilter::new("topics", "(?x) orders | payments  # the money topics", "").unwrap();
     assert!(filter.matches("orders"));
     assert!(filter.matches("payments"));
     assert!(!filter.matches("orderss"));
 
-    let Err((key, _)) = TopicFilter::new("orders", "(") else {
+    let Err((key, _)) = TopicFilter::new("topics", "orders", "(") else {
         panic!("`(` compiled");
     };
     assert_eq!(key, "exclude");
@@ -725,8 +725,8 @@ fn map<'a>(
 /// The overlap of two mirrors given as (topics, exclude, rename).
 fn overlap_of(a: (&str, &str, &str), b: (&str, &str, &str)) -> Overlap {
     let (fa, fb) = (
-        TopicFilter::new(a.0, a.1).unwrap(),
-        TopicFilter::new(b.0, b.1).unwrap(),
+        TopicFilter::new("topics", a.0, a.1).unwrap(),
+        TopicFilter::new("topics", b.0, b.1).unwrap(),
     );
     let (ta, tb) = (
         Template::parse(a.2, "").unwrap(),
