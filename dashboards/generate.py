@@ -666,7 +666,7 @@ def gateway():
                             "Group members",
                             "Members of each group Strait's coordinator holds.",
                             "short",
-                            [target("sum by (group) (strait_group_members)", "{{group}}")],
+                            [target('sum by (group) (strait_group_members{cluster="local"})', "{{group}}")],
                         ),
                         8,
                         8,

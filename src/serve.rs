@@ -86,7 +86,7 @@ pub fn run(overrides: Overrides) -> anyhow::Result<()> {
             groups: serde_json::to_value(config.effective_groups())?,
             upstreams: strait.upstreams().clone(),
         });
-        crate::lag::start(&config, strait.upstreams(), &admin, &stopped)?;
+        crate::lag::start(&config, strait.broker(), strait.upstreams(), &admin, &stopped)?;
         // The mirrors of the configuration run beside the broker.
         let mut mirrors = crate::mirrors::start(&config, &admin, &stopped)?;
         tokio::spawn(async move {

@@ -403,7 +403,10 @@ fn prometheus_gets_data_for_every_dashboard_panel_and_alert_rule() {
     assert_eq!(sum(r#"strait_upstream_up{cluster="dc2"}"#), 1.0);
     assert_eq!(sum(r#"strait_spool_partitions{topic="local.events"}"#), 1.0);
     assert!(sum(r#"strait_spool_size_bytes{topic="local.events"}"#) > (EVENTS * 10) as f64);
-    assert_eq!(sum(r#"strait_group_members{group="obs-group"}"#), 0.0);
+    assert_eq!(
+        sum(r#"strait_group_members{cluster="local",group="obs-group"}"#),
+        0.0
+    );
     assert!(sum("strait_group_rebalances_total") >= 1.0);
     assert!(sum(r#"sum(strait_requests_total{api="Produce",outcome="ok"})"#) >= 2.0);
     assert!(sum(r#"sum(strait_upstream_requests_total{cluster="dc1",api="Produce",outcome="ok"})"#) >= 1.0);
@@ -592,19 +595,130 @@ fn json_logs_name_the_connection_and_topic_labels_can_be_summed() {
     assert_eq!(created, ["one", "two"], "{log}");
 }
 
-/// Issue 23: a group behind on a topic of Apache Kafka (it read and
-/// committed 30 and 20 records, then 15 and 5 more arrived), as `strait
-/// serve` watching the cluster (no routes) exports it: the exact lag in
-/// records per partition, in seconds since the oldest unread record was
-/// written (within one poll interval), the group's state, members and
-/// status, in `/metrics` and `/api/v1/groups`.
+/// Issue 23: a group behind on a topic of Apache Kafka, as `strait serve`
+/// watching the cluster (no routes) exports it ([`exact_group_lag`]).
 #[test]
 fn a_groups_lag_on_kafka_is_exact_per_partition() {
     let dc1 = Kafka::shared();
-    let topic = unique("lag");
     let group = unique("lag-group");
-    dc1.create_topic(&topic, 2, &[]);
+    let admin = free_port();
     let b = dc1.bootstrap();
+    let (strait, _dir) = strait_with(&format!(
+        "clusters:\n  dc1: {{ bootstrap: [\"{b}\"] }}\nadmin:\n  listen: \"127.0.0.1:{admin}\"\n\
+         lag:\n  interval: 1s\n  groups: \"{group}|other\"\n"
+    ));
+    exact_group_lag(&strait, admin, "dc1", &b, &group, |topic| {
+        dc1.create_topic(topic, 2, &[])
+    });
+}
+
+/// Issue 23: a group of the consumer protocol (KIP-848, the Java client's
+/// `group.protocol=consumer` against Kafka 4), which DescribeGroups
+/// reports as not found: its state and members come from
+/// ConsumerGroupDescribe, so a live member is not taken for none (which
+/// would make a lagging group STOP).
+#[test]
+fn a_consumer_protocol_groups_state_and_members_are_read() {
+    let dc1 = Kafka::shared();
+    let b = dc1.bootstrap();
+    let (topic, group) = (unique("lag-848"), unique("lag-848-group"));
+    dc1.create_topic(&topic, 1, &[]);
+    let produced = run_client(
+        "ck_produce.py",
+        &["--bootstrap", &b, "--topic", &topic, "--count", "20"],
+    );
+    assert_eq!(produced["delivered"], 20, "{produced}");
+    let admin = free_port();
+    let (strait, _dir) = strait_with(&format!(
+        "clusters:\n  dc1: {{ bootstrap: [\"{b}\"] }}\nadmin:\n  listen: \"127.0.0.1:{admin}\"\n\
+         lag:\n  interval: 1s\n  groups: \"{group}\"\n"
+    ));
+    // The member stays in the group for a minute after reading all 20.
+    let _member = support::spawn_client(
+        "java4:consume",
+        &[
+            "--bootstrap",
+            &b,
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+            "--expect",
+            "20",
+            "--commit",
+            "--linger",
+            "60",
+            "--timeout",
+            "90",
+            "-X",
+            "group.protocol=consumer",
+        ],
+    );
+    let of_group = |metrics: &str, name: &str, extra: &str| {
+        support::metric(
+            metrics,
+            &[name, "cluster=\"dc1\"", &format!("group=\"{group}\""), extra],
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = http(admin, "/metrics").1;
+        if of_group(&metrics, "strait_group_members{", "") == Some(1.0)
+            && of_group(&metrics, "strait_group_state{", "state=\"Stable\"") == Some(1.0)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the consumer-protocol group is not Stable with one member:\n{}\n{}",
+            metrics
+                .lines()
+                .filter(|l| l.contains(&group))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            strait.log()
+        );
+        thread::sleep(Duration::from_millis(300));
+    }
+    let view: Value = serde_json::from_str(&http(admin, &format!("/api/v1/groups/dc1/{group}")).1).unwrap();
+    assert_eq!(
+        (view["state"].as_str(), view["members"].as_i64()),
+        (Some("Stable"), Some(1)),
+        "{view}"
+    );
+}
+
+/// Issue 23: a group behind on a topic of Strait's own spool (cluster
+/// `local`), the same as on Kafka ([`exact_group_lag`]).
+#[test]
+fn a_groups_lag_on_the_spool_is_exact_per_partition() {
+    let group = unique("lag-group");
+    let admin = free_port();
+    let (strait, _dir) = strait_with(&format!(
+        "admin:\n  listen: \"127.0.0.1:{admin}\"\nlag:\n  interval: 1s\n  groups: \"{group}|other\"\n"
+    ));
+    let b = strait.bootstrap();
+    exact_group_lag(&strait, admin, "local", &b, &group, |topic| {
+        support::create_topic("ck_admin.py", &b, topic, 2)
+    });
+}
+
+/// A group behind on a new topic of two partitions of `cluster` (it read
+/// and committed 30 and 20 records, then 15 and 5 more arrived), as
+/// `strait` (admin listener on `admin`, watching `group` every second)
+/// exports it: the exact lag in records per partition, in seconds since
+/// the oldest unread record was written (within one poll interval), the
+/// group's state, members and status, in `/metrics` and `/api/v1/groups`.
+fn exact_group_lag(
+    strait: &Strait,
+    admin: u16,
+    cluster: &str,
+    b: &str,
+    group: &str,
+    create_topic: impl Fn(&str),
+) {
+    let topic = unique("lag");
+    create_topic(&topic);
     let since_epoch = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -616,7 +730,7 @@ fn a_groups_lag_on_kafka_is_exact_per_partition() {
             "ck_produce.py",
             &[
                 "--bootstrap",
-                &b,
+                b,
                 "--topic",
                 &topic,
                 "--start",
@@ -637,11 +751,11 @@ fn a_groups_lag_on_kafka_is_exact_per_partition() {
         "ck_consume.py",
         &[
             "--bootstrap",
-            &b,
+            b,
             "--topic",
             &topic,
             "--group",
-            &group,
+            group,
             "--expect",
             "50",
             "--commit",
@@ -652,20 +766,15 @@ fn a_groups_lag_on_kafka_is_exact_per_partition() {
     produce(0, 50, 15);
     produce(1, 65, 5);
     let produced_to = since_epoch();
-    let committed = support::committed(&b, &group, &topic);
+    let committed = support::committed(b, group, &topic);
     assert_eq!(committed, BTreeMap::from([(0, Some(30)), (1, Some(20))]));
     let expected = BTreeMap::from([(0, 15i64), (1, 5i64)]);
 
-    let admin = free_port();
-    let (strait, _dir) = strait_with(&format!(
-        "clusters:\n  dc1: {{ bootstrap: [\"{b}\"] }}\nadmin:\n  listen: \"127.0.0.1:{admin}\"\n\
-         lag:\n  interval: 1s\n  groups: \"{group}|other\"\n"
-    ));
     let deadline = Instant::now() + Duration::from_secs(60);
     let selector = |name: &str, p: i32| {
         [
             format!("{name}{{"),
-            "cluster=\"dc1\"".to_owned(),
+            format!("cluster=\"{cluster}\""),
             format!("group=\"{group}\""),
             format!("topic=\"{topic}\""),
             format!("partition=\"{p}\""),
@@ -708,7 +817,12 @@ fn a_groups_lag_on_kafka_is_exact_per_partition() {
     let of_group = |name: &str, extra: &str| {
         support::metric(
             &metrics,
-            &[name, "cluster=\"dc1\"", &format!("group=\"{group}\""), extra],
+            &[
+                name,
+                &format!("cluster=\"{cluster}\""),
+                &format!("group=\"{group}\""),
+                extra,
+            ],
         )
     };
     assert_eq!(of_group("strait_group_max_lag_records{", ""), Some(15.0));
@@ -725,7 +839,7 @@ fn a_groups_lag_on_kafka_is_exact_per_partition() {
     );
     assert!(!metrics.contains("group=\"__"), "only the groups watched");
 
-    let (status, body) = http(admin, &format!("/api/v1/groups/dc1/{group}"));
+    let (status, body) = http(admin, &format!("/api/v1/groups/{cluster}/{group}"));
     assert_eq!(status, 200, "{body}");
     let view: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(view["state"], "Empty", "{view}");
@@ -750,10 +864,10 @@ fn a_groups_lag_on_kafka_is_exact_per_partition() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|g| g["group"] == group.as_str() && g["cluster"] == "dc1"),
+            .any(|g| g["group"] == group && g["cluster"] == cluster),
         "{listed}"
     );
-    let (status, body) = http(admin, "/api/v1/groups/dc1/no-such-group");
+    let (status, body) = http(admin, &format!("/api/v1/groups/{cluster}/no-such-group"));
     assert_eq!(status, 404, "{body}");
 }
 

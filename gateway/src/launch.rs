@@ -403,6 +403,12 @@ impl Strait {
         self.router.upstreams()
     }
 
+    /// The local broker: the spool's topics and the groups it
+    /// coordinates.
+    pub fn broker(&self) -> Arc<crate::broker::Broker> {
+        self.router.broker().clone()
+    }
+
     /// The metrics read from the local broker when scraped: topic sizes,
     /// the disk, groups.
     pub fn collector(&self, topic_labels: bool) -> crate::broker::BrokerCollector {

@@ -134,6 +134,23 @@ impl PartitionLag {
     }
 }
 
+/// Most bytes of records decompressed to find one record's timestamp.
+const TIMESTAMP_READ_LIMIT: usize = 32 << 20;
+
+/// When the first record at or after `offset` of `records` (whole batches
+/// as a Fetch or a log read gives them, the last maybe cut short) was
+/// written, milliseconds since the epoch: None if no whole batch holds
+/// one.
+pub fn first_timestamp(records: &[u8], offset: i64) -> Option<i64> {
+    strait_batch::Batches::new(records)
+        .map_while(Result::ok)
+        .find_map(|(at, _)| {
+            strait_batch::timestamp_at(&records[at..], offset, TIMESTAMP_READ_LIMIT)
+                .ok()
+                .flatten()
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,16 +10,16 @@ use futures_util::future::join_all;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    ApiKey, DescribeGroupsRequest, FetchRequest, GroupId, ListGroupsRequest, ListOffsetsRequest,
-    OffsetFetchRequest, TopicName,
+    ApiKey, ConsumerGroupDescribeRequest, DescribeGroupsRequest, FetchRequest, GroupId, ListGroupsRequest,
+    ListOffsetsRequest, OffsetFetchRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use strait_batch::{timestamp_at, Batches};
 use strait_upstream::error::check;
 use strait_upstream::{Cluster, Connection, UpstreamError};
 
-use crate::{GroupLag, PartitionLag, Snapshot, Watch};
+use crate::groups::first_timestamp;
+use crate::{GroupLag, PartitionLag, Snapshot, Source, Watch};
 
 /// A place in a partition: (topic, partition, offset).
 type At = (String, i32, i64);
@@ -140,6 +140,12 @@ impl Poller {
     }
 }
 
+impl Source for Poller {
+    async fn poll(&mut self) -> Result<Snapshot, String> {
+        Poller::poll(self).await.map_err(|e| e.to_string())
+    }
+}
+
 /// The groups broker `node` coordinates.
 async fn list_groups(cluster: &Cluster, node: i32) -> Result<Vec<(i32, String)>, UpstreamError> {
     let connection = cluster.broker(node).await?;
@@ -156,7 +162,9 @@ async fn list_groups(cluster: &Cluster, node: i32) -> Result<Vec<(i32, String)>,
         .collect())
 }
 
-/// Each of `groups`' state and member count, from their coordinator.
+/// Each of `groups`' state and member count, from their coordinator
+/// (classic groups with DescribeGroups, consumer-protocol ones with
+/// ConsumerGroupDescribe).
 async fn describe(
     cluster: &Cluster,
     node: i32,
@@ -170,17 +178,30 @@ async fn describe(
             .collect(),
     );
     let response = connection.request(&request).await?;
-    Ok(response
-        .groups
-        .iter()
-        .filter(|g| g.error_code == 0)
-        .map(|g| {
+    let mut found: Vec<(String, (String, usize))> = Vec::new();
+    let mut others = Vec::new();
+    for g in &response.groups {
+        match (g.error_code, g.group_state.as_str()) {
+            (0, state) if state != "Dead" => {
+                found.push((g.group_id.to_string(), (state.to_owned(), g.members.len())))
+            }
+            _ => others.push(g.group_id.clone()),
+        }
+    }
+    // Kafka 4 describes a group of the consumer protocol (KIP-848) only
+    // with ConsumerGroupDescribe: DescribeGroups says it is not found (v6
+    // on) or Dead (before), as for a group that does not exist.
+    if !others.is_empty() && connection.version(ApiKey::ConsumerGroupDescribe).is_ok() {
+        let request = ConsumerGroupDescribeRequest::default().with_group_ids(others);
+        let response = connection.request(&request).await?;
+        found.extend(response.groups.iter().filter(|g| g.error_code == 0).map(|g| {
             (
                 g.group_id.to_string(),
                 (g.group_state.to_string(), g.members.len()),
             )
-        })
-        .collect())
+        }));
+    }
+    Ok(found)
 }
 
 /// A group's committed offsets, every topic: (topic, partition, offset).
@@ -293,64 +314,6 @@ async fn list_latest(
                 .map(|p| ((t.name.to_string(), p.partition_index), p.offset))
         })
         .collect())
-}
-
-/// Polls `cluster` (named `name`) every `interval` into `tracker` until
-/// `shutdown` turns true. A failed poll is logged when its error differs
-/// from the last one's, and groups left out for `max_groups` when their
-/// number changes.
-pub async fn run(
-    name: String,
-    cluster: Cluster,
-    watch: Watch,
-    tracker: std::sync::Arc<crate::Tracker>,
-    interval: std::time::Duration,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) {
-    let mut poller = Poller::new(cluster, watch);
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let (mut last_error, mut last_skipped) = (None::<String>, 0);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait_for(|stop| *stop) => return,
-        }
-        let polled = tokio::select! {
-            polled = poller.poll() => polled,
-            _ = shutdown.wait_for(|stop| *stop) => return,
-        };
-        let polled = polled.map_err(|e| e.to_string());
-        match &polled {
-            Err(error) if last_error.as_ref() != Some(error) => {
-                tracing::warn!(cluster = %name, %error, "cannot read the cluster's consumer groups; their lag is not updated");
-                last_error = Some(error.clone());
-            }
-            Err(_) => {}
-            Ok(snapshot) => {
-                if last_error.take().is_some() {
-                    tracing::info!(cluster = %name, groups = snapshot.groups.len(), "reading the cluster's consumer groups again");
-                }
-                if snapshot.skipped != last_skipped {
-                    if snapshot.skipped > 0 {
-                        tracing::warn!(
-                            cluster = %name, watched = snapshot.groups.len(), left_out = snapshot.skipped,
-                            "more consumer groups than lag.max_groups: the rest (in name order) are not watched"
-                        );
-                    }
-                    last_skipped = snapshot.skipped;
-                }
-            }
-        }
-        tracker.record(&name, now_ms(), polled);
-    }
-}
-
-/// Milliseconds since the epoch.
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Bytes a timestamp lookup asks per partition, then again for the
@@ -470,12 +433,10 @@ async fn lookup(
                 // Nothing at or after the offset: nothing to time.
                 continue;
             }
-            let timestamp = Batches::new(records).map_while(Result::ok).find_map(|(at, _)| {
-                timestamp_at(&records[at..], offset, LOOKUP_MAX_BYTES as usize)
-                    .ok()
-                    .flatten()
-            });
-            answers.insert((t.topic.to_string(), p.partition_index), timestamp);
+            answers.insert(
+                (t.topic.to_string(), p.partition_index),
+                first_timestamp(records, offset),
+            );
         }
     }
     Ok(answers)

@@ -9,13 +9,11 @@
 //! | `strait_group_lag_seconds` | gauge | cluster, group, topic, partition | how long ago the oldest record the group has not read was written (its own timestamp, read once per committed offset); 0 when caught up |
 //! | `strait_group_max_lag_records` | gauge | cluster, group | the group's largest partition lag |
 //! | `strait_group_max_lag_seconds` | gauge | cluster, group | the group's largest partition lag in seconds |
+//! | `strait_group_members` | gauge | cluster, group | the group's members (0 for a group with committed offsets and no members) |
 //! | `strait_group_state` | gauge | cluster, group, state | 1 for the group's state as its coordinator names it |
 //! | `strait_group_status` | gauge | cluster, group, status | 1 for the group's evaluated status (its worst partition's): OK, WARN, STALL, STOP, ERR |
 //! | `strait_lag_groups_skipped` | gauge | cluster | watched groups left out for `lag.max_groups` |
 //! | `strait_lag_poll_errors_total` | counter | cluster | polls of the cluster that failed |
-//!
-//! Members are in `/api/v1/groups`; the gateway's `strait_group_members
-//! {group}` counts those of the groups Strait coordinates itself.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -246,10 +244,9 @@ impl LagCollector {
         }
     }
 
-    /// lag_records, lag_seconds, max_lag_records, max_lag_seconds, state,
-    /// status, skipped; and
-    /// the poll error counter.
-    fn families(partition_labels: bool) -> ([GaugeVec; 7], IntCounterVec) {
+    /// lag_records, lag_seconds, max_lag_records, max_lag_seconds,
+    /// members, state, status, skipped; and the poll error counter.
+    fn families(partition_labels: bool) -> ([GaugeVec; 8], IntCounterVec) {
         let gauge = |name: &str, help: &str, labels: &[&str]| {
             GaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
         };
@@ -278,6 +275,11 @@ impl LagCollector {
                 gauge(
                     "strait_group_max_lag_seconds",
                     "The group's largest partition lag in seconds.",
+                    &["cluster", "group"],
+                ),
+                gauge(
+                    "strait_group_members",
+                    "The group's members (0 for a group with committed offsets and no members).",
                     &["cluster", "group"],
                 ),
                 gauge(
@@ -314,7 +316,7 @@ impl Collector for LagCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let ([lag, seconds, max_lag, max_seconds, state, status, skipped], errors) =
+        let ([lag, seconds, max_lag, max_seconds, members, state, status, skipped], errors) =
             Self::families(self.partition_labels);
         for g in self.tracker.view() {
             let (cluster, group) = (g.cluster.as_str(), g.group.as_str());
@@ -349,6 +351,7 @@ impl Collector for LagCollector {
             max_seconds
                 .with_label_values(&[cluster, group])
                 .set(g.max_lag_seconds);
+            members.with_label_values(&[cluster, group]).set(g.members as f64);
             state.with_label_values(&[cluster, group, &g.state]).set(1.0);
             for level in Level::ALL {
                 status
@@ -360,10 +363,19 @@ impl Collector for LagCollector {
             skipped.with_label_values(&[&cluster]).set(left_out as f64);
             errors.with_label_values(&[&cluster]).inc_by(failed);
         }
-        [lag, seconds, max_lag, max_seconds, state, status, skipped]
-            .iter()
-            .flat_map(|f| f.collect())
-            .chain(errors.collect())
-            .collect()
+        [
+            lag,
+            seconds,
+            max_lag,
+            max_seconds,
+            members,
+            state,
+            status,
+            skipped,
+        ]
+        .iter()
+        .flat_map(|f| f.collect())
+        .chain(errors.collect())
+        .collect()
     }
 }

@@ -18,6 +18,13 @@
 //       [--timestamp MS] [--allow-error]
 //   JavaClient txn --bootstrap B --topic T [--transactions N] [--per N]
 //       [--txn-id ID] [-X key=value ...]
+//   JavaClient lagpoll --bootstrap B [--interval S] [--seconds S]
+//       [--warmup S] [-X key=value ...]
+//
+// lagpoll polls every consumer group's lag as a lag exporter does (the
+// benchmark's comparison, scripts/bench-lag); prints {"polls",
+// "measured_polls", "groups", "partitions", "lag", "cpu_seconds",
+// "measured_seconds", "rss_bytes", "error"}.
 //
 // txn is ck_txn.py with the Java client's transactional producer:
 // transaction t holds values 'jtxn{t}-{i}' (key 'k{i % 4}'), committed when
@@ -668,6 +675,82 @@ public class JavaClient {
         emit(r, error == null, error);
     }
 
+    /**
+     * lagpoll: what a lag exporter such as kafka_exporter does, with the
+     * Java AdminClient: every --interval seconds (default 5) for --seconds
+     * (default 75), lists the consumer groups, describes them, reads their
+     * committed offsets and the latest offset of every partition they
+     * committed. Reports the polls made, the last poll's groups,
+     * partitions and summed lag, and this process's CPU seconds and
+     * resident memory over the polls after the first --warmup seconds
+     * (default 15: class loading and JIT left out).
+     */
+    static void lagpoll(Args a, long t0) throws Exception {
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("--bootstrap"));
+        p.put(AdminClientConfig.CLIENT_ID_CONFIG, "java_lagpoll");
+        p.putAll(a.extra);
+        long intervalNs = (long) (a.secs("--interval", 5) * 1e9);
+        long endNs = t0 + (long) (a.secs("--seconds", 75) * 1e9);
+        long warmupNs = t0 + (long) (a.secs("--warmup", 15) * 1e9);
+        com.sun.management.OperatingSystemMXBean os = (com.sun.management.OperatingSystemMXBean)
+            java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+        Map<String, Object> r = new TreeMap<>();
+        String error = null;
+        long polls = 0, measuredPolls = 0, cpuAtWarmup = -1, wallAtWarmup = 0, groups = 0, partitions = 0, lag = 0;
+        try (Admin admin = Admin.create(p)) {
+            for (long next = System.nanoTime(); next < endNs; next += intervalNs) {
+                long wait = next - System.nanoTime();
+                if (wait > 0) Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
+                if (cpuAtWarmup < 0 && System.nanoTime() >= warmupNs) {
+                    cpuAtWarmup = os.getProcessCpuTime();
+                    wallAtWarmup = System.nanoTime();
+                }
+                List<String> ids = new ArrayList<>();
+                for (ConsumerGroupListing g : admin.listConsumerGroups().all().get()) ids.add(g.groupId());
+                admin.describeConsumerGroups(ids).all().get();
+                Map<String, ListConsumerGroupOffsetsSpec> specs = new HashMap<>();
+                for (String id : ids) specs.put(id, new ListConsumerGroupOffsetsSpec());
+                Map<String, Map<TopicPartition, OffsetAndMetadata>> committed =
+                    specs.isEmpty() ? Map.of() : admin.listConsumerGroupOffsets(specs).all().get();
+                Map<TopicPartition, OffsetSpec> wanted = new HashMap<>();
+                for (Map<TopicPartition, OffsetAndMetadata> m : committed.values())
+                    for (TopicPartition tp : m.keySet()) wanted.put(tp, OffsetSpec.latest());
+                Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> ends =
+                    admin.listOffsets(wanted).all().get();
+                long sum = 0, count = 0;
+                for (Map<TopicPartition, OffsetAndMetadata> m : committed.values()) {
+                    for (Map.Entry<TopicPartition, OffsetAndMetadata> e : m.entrySet()) {
+                        if (e.getValue() == null || !ends.containsKey(e.getKey())) continue;
+                        sum += Math.max(0, ends.get(e.getKey()).offset() - e.getValue().offset());
+                        count++;
+                    }
+                }
+                polls++;
+                if (cpuAtWarmup >= 0) measuredPolls++;
+                groups = ids.size();
+                partitions = count;
+                lag = sum;
+            }
+        } catch (Exception e) {
+            error = errText(e);
+        }
+        long rssKb = 0;
+        for (String line : java.nio.file.Files.readAllLines(java.nio.file.Path.of("/proc/self/status"))) {
+            if (line.startsWith("VmRSS:")) rssKb = Long.parseLong(line.replaceAll("[^0-9]", ""));
+        }
+        r.put("polls", polls);
+        r.put("measured_polls", measuredPolls);
+        r.put("groups", groups);
+        r.put("partitions", partitions);
+        r.put("lag", lag);
+        r.put("cpu_seconds", cpuAtWarmup < 0 ? 0.0 : (os.getProcessCpuTime() - cpuAtWarmup) / 1e9);
+        r.put("measured_seconds", cpuAtWarmup < 0 ? 0.0 : (System.nanoTime() - wallAtWarmup) / 1e9);
+        r.put("rss_bytes", rssKb * 1024);
+        r.put("error", error);
+        emit(r, error == null, error);
+    }
+
     /** kafka-clients' version, as the jar's AppInfo reports it. */
     static final class AppInfoVersion {
         static String get() {
@@ -677,7 +760,7 @@ public class JavaClient {
 
     public static void main(String[] argv) {
         long t0 = System.nanoTime();
-        if (argv.length < 1) usage("usage: JavaClient produce|consume|admin|version ...");
+        if (argv.length < 1) usage("usage: JavaClient produce|consume|admin|txn|lagpoll|version ...");
         Set<String> flags = Set.of("--idempotent", "--no-idempotent", "--keyed", "--assign", "--commit",
             "--records", "--allow-error");
         Args a = new Args(argv, 1, flags);
@@ -687,6 +770,7 @@ public class JavaClient {
                 case "consume": consume(a, t0); break;
                 case "admin": admin(a, t0); break;
                 case "txn": txn(a, t0); break;
+                case "lagpoll": lagpoll(a, t0); break;
                 case "version":
                     System.out.println(AppInfoVersion.get());
                     System.exit(0);

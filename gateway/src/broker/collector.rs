@@ -1,5 +1,6 @@
 //! The local broker's metrics read when scraped: its topics, the data
-//! directory's file system and the consumer groups.
+//! directory's file system and the consumer groups' rebalances (their
+//! members and lag are the lag watcher's, cluster `local`).
 
 use std::sync::{Arc, Weak};
 
@@ -25,7 +26,6 @@ struct BrokerFamilies {
     partitions: GaugeVec,
     disk_free: GaugeVec,
     disk_size: GaugeVec,
-    members: GaugeVec,
     rebalances: IntCounterVec,
 }
 
@@ -57,11 +57,6 @@ impl BrokerFamilies {
                 "Size of the file system of data_dir.",
                 &[],
             ),
-            members: gauge(
-                "strait_group_members",
-                "Members of each consumer group Strait coordinates.",
-                &["group"],
-            ),
             rebalances: IntCounterVec::new(
                 Opts::new(
                     "strait_group_rebalances_total",
@@ -73,14 +68,13 @@ impl BrokerFamilies {
         }
     }
 
-    fn collectors(&self) -> [&dyn Collector; 7] {
+    fn collectors(&self) -> [&dyn Collector; 6] {
         [
             &self.size,
             &self.segments,
             &self.partitions,
             &self.disk_free,
             &self.disk_size,
-            &self.members,
             &self.rebalances,
         ]
     }
@@ -140,9 +134,6 @@ impl Collector for BrokerCollector {
                 .set(fs.f_blocks as f64 * block);
         }
         let groups = broker.groups().stats();
-        for (group, members) in &groups.members {
-            f.members.with_label_values(&[group]).set(*members as f64);
-        }
         f.rebalances
             .with_label_values::<&str>(&[])
             .inc_by(groups.rebalances);

@@ -22,7 +22,9 @@ use tokio::time::Instant;
 
 use super::offsets::{self, Committed, Entry, OffsetStore};
 use super::state::Group;
-use super::{err, reopen, sb, GroupCoordinator, GroupState, GroupStats, OffsetLogStats, Shared, State};
+use super::{
+    err, reopen, sb, GroupCoordinator, GroupOffsets, GroupState, GroupStats, OffsetLogStats, Shared, State,
+};
 use crate::error::{kafka_code, Failure};
 
 /// Every `offsets_retention_check_interval`, deletes expired offsets.
@@ -448,17 +450,34 @@ impl GroupCoordinator {
     /// Members per group and rebalances so far.
     pub fn stats(&self) -> GroupStats {
         let st = self.shared.lock();
-        let mut members: Vec<(String, usize)> = st
-            .groups
-            .iter()
-            .map(|(id, g)| (id.clone(), g.members.len()))
-            .collect();
-        members.sort();
         let live: u64 = st.groups.values().map(|g| g.generation.max(0) as u64).sum();
         GroupStats {
-            members,
             rebalances: st.retired_generations + live,
         }
+    }
+
+    /// The groups `wanted` names, in id order: state, members and
+    /// committed offsets.
+    pub fn group_offsets(&self, wanted: impl Fn(&str) -> bool) -> Vec<GroupOffsets> {
+        let st = self.shared.lock();
+        let mut groups: Vec<GroupOffsets> = st
+            .groups
+            .values()
+            .filter(|g| wanted(&g.id))
+            .map(|g| GroupOffsets {
+                group: g.id.clone(),
+                state: g.state.name(),
+                members: g.members.len(),
+                committed: st.offsets.group(&g.id).map_or_else(Vec::new, |offsets| {
+                    offsets
+                        .iter()
+                        .map(|((topic, partition), c)| (topic.clone(), *partition, c.offset))
+                        .collect()
+                }),
+            })
+            .collect();
+        groups.sort_by(|a, b| a.group.cmp(&b.group));
+        groups
     }
 }
 

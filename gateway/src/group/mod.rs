@@ -159,12 +159,24 @@ pub struct OffsetLogStats {
 /// What the coordinator's groups look like now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GroupStats {
-    /// Members of each group known (with members or committed offsets),
-    /// by group id.
-    pub members: Vec<(String, usize)>,
     /// Rebalances completed since the start (generations begun), of every
     /// group, forgotten ones included.
     pub rebalances: u64,
+}
+
+/// One group the coordinator knows (with members or committed offsets),
+/// as a lag watcher reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupOffsets {
+    /// Its id.
+    pub group: String,
+    /// Its state, as Kafka names it (`Stable`, `Empty`, ...).
+    pub state: &'static str,
+    /// Members now.
+    pub members: usize,
+    /// Its committed offsets: (topic, partition, offset), by topic and
+    /// partition.
+    pub committed: Vec<(String, i32, i64)>,
 }
 
 /// Errors opening the coordinator.
