@@ -703,6 +703,100 @@ fn a_groups_lag_on_the_spool_is_exact_per_partition() {
     });
 }
 
+/// Issue 23: groups through the router, under the names its clients use.
+/// A group Strait coordinates commits a local topic and a topic of dc1
+/// (`dc1.T` to clients, `T` there: the router commits that part to dc1);
+/// a group `groups:` delegates to dc1 commits `dc1.T`. Under cluster
+/// `local` the first shows both partitions with the clients' names and
+/// each lag from where the partition lives; under `dc1` the delegated one
+/// shows `dc1.T`, and the first shows dc1's own name, as dc1's tools do.
+#[test]
+fn groups_through_the_router_are_under_the_clients_names() {
+    let dc1 = Kafka::shared();
+    let b = dc1.bootstrap();
+    let (remote, local_topic) = (unique("lag-remote"), unique("lag-local"));
+    let (spanning, delegated) = (unique("lag-span"), unique("lag-deleg"));
+    dc1.create_topic(&remote, 1, &[]);
+    let admin = free_port();
+    let (strait, _dir) = strait_with(&format!(
+        "clusters:\n  dc1: {{ bootstrap: [\"{b}\"] }}\nadmin:\n  listen: \"127.0.0.1:{admin}\"\n\
+         routes:\n  - {{ prefix: \"dc1.\", to: dc1, strip_prefix: true }}\n  - {{ regex: \".*\", to: local }}\n\
+         groups:\n  - {{ exact: \"{delegated}\", to: dc1 }}\n\
+         lag:\n  interval: 1s\n  groups: \"{spanning}|{delegated}\"\n"
+    ));
+    let s = strait.bootstrap();
+    support::create_topic("ck_admin.py", &s, &local_topic, 1);
+    let client_remote = format!("dc1.{remote}");
+    for topic in [&local_topic, &client_remote] {
+        let produced = run_client(
+            "ck_produce.py",
+            &["--bootstrap", &s, "--topic", topic, "--count", "10"],
+        );
+        assert_eq!(produced["delivered"], 10, "{produced}");
+    }
+    let commit = |group: &str, topic: &str, offset: &str| {
+        let out = run_client(
+            "ck_admin.py",
+            &[
+                "--bootstrap",
+                &s,
+                "commit",
+                "--topic",
+                topic,
+                "--group",
+                group,
+                "--offset",
+                offset,
+            ],
+        );
+        assert_eq!(out["ok"], true, "{group} {topic}: {out}");
+    };
+    commit(&spanning, &local_topic, "4");
+    commit(&spanning, &client_remote, "3");
+    commit(&delegated, &client_remote, "2");
+    let expected = [
+        ("local", spanning.as_str(), local_topic.as_str(), 6.0),
+        ("local", spanning.as_str(), client_remote.as_str(), 7.0),
+        ("dc1", spanning.as_str(), remote.as_str(), 7.0),
+        ("dc1", delegated.as_str(), client_remote.as_str(), 8.0),
+    ];
+    let lag = |metrics: &str, (cluster, group, topic, _): (&str, &str, &str, f64)| {
+        support::metric(
+            metrics,
+            &[
+                "strait_group_lag_records{",
+                &format!("cluster=\"{cluster}\""),
+                &format!("group=\"{group}\""),
+                &format!("topic=\"{topic}\""),
+            ],
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let metrics = loop {
+        let metrics = http(admin, "/metrics").1;
+        if expected.iter().all(|&e| lag(&metrics, e) == Some(e.3)) {
+            break metrics;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "lag not under the clients' names ({expected:?}):\n{}\n{}",
+            lag_series(&metrics),
+            strait.log()
+        );
+        thread::sleep(Duration::from_millis(300));
+    };
+    // The delegated group's topic only under the clients' name.
+    assert_eq!(
+        lag(&metrics, ("dc1", &delegated, &remote, 0.0)),
+        None,
+        "{}",
+        lag_series(&metrics)
+    );
+    let view: Value =
+        serde_json::from_str(&http(admin, &format!("/api/v1/groups/local/{spanning}")).1).unwrap();
+    assert_eq!(view["max_lag_records"], 7, "{view}");
+}
+
 /// A group behind on a new topic of two partitions of `cluster` (it read
 /// and committed 30 and 20 records, then 15 and 5 more arrived), as
 /// `strait` (admin listener on `admin`, watching `group` every second)

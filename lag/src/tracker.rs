@@ -148,6 +148,12 @@ impl Tracker {
         tracked.windows.retain(|key, _| live.contains(key));
     }
 
+    /// `f` of `cluster`'s last good snapshot, if it has one.
+    pub fn with_snapshot<R>(&self, cluster: &str, f: impl FnOnce(&Snapshot) -> R) -> Option<R> {
+        let clusters = self.clusters.lock().expect("lag tracker");
+        clusters.get(cluster).map(|tracked| f(&tracked.snapshot))
+    }
+
     /// Every group of every cluster, with its verdict.
     pub fn view(&self) -> Vec<GroupView> {
         let clusters = self.clusters.lock().expect("lag tracker");
