@@ -660,26 +660,10 @@ fn a_consumer_protocol_groups_state_and_members_are_read() {
             &[name, "cluster=\"dc1\"", &format!("group=\"{group}\""), extra],
         )
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let metrics = http(admin, "/metrics").1;
-        if of_group(&metrics, "strait_group_members{", "") == Some(1.0)
-            && of_group(&metrics, "strait_group_state{", "state=\"Stable\"") == Some(1.0)
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the consumer-protocol group is not Stable with one member:\n{}\n{}",
-            metrics
-                .lines()
-                .filter(|l| l.contains(&group))
-                .collect::<Vec<_>>()
-                .join("\n"),
-            strait.log()
-        );
-        thread::sleep(Duration::from_millis(300));
-    }
+    metrics_until(admin, &strait, "the group not Stable with one member", &|m| {
+        of_group(m, "strait_group_members{", "") == Some(1.0)
+            && of_group(m, "strait_group_state{", "state=\"Stable\"") == Some(1.0)
+    });
     let view: Value = serde_json::from_str(&http(admin, &format!("/api/v1/groups/dc1/{group}")).1).unwrap();
     assert_eq!(
         (view["state"].as_str(), view["members"].as_i64()),
@@ -771,20 +755,9 @@ fn groups_through_the_router_are_under_the_clients_names() {
             ],
         )
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let metrics = loop {
-        let metrics = http(admin, "/metrics").1;
-        if expected.iter().all(|&e| lag(&metrics, e) == Some(e.3)) {
-            break metrics;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "lag not under the clients' names ({expected:?}):\n{}\n{}",
-            lag_series(&metrics),
-            strait.log()
-        );
-        thread::sleep(Duration::from_millis(300));
-    };
+    let metrics = metrics_until(admin, &strait, "lag under the clients' names", &|m| {
+        expected.iter().all(|&e| lag(m, e) == Some(e.3))
+    });
     // The delegated group's topic only under the clients' name.
     assert_eq!(
         lag(&metrics, ("dc1", &delegated, &remote, 0.0)),
@@ -1006,22 +979,7 @@ fn deleted_groups_and_topics_and_offsets_past_the_end_leave_no_stale_lag() {
             &["strait_group_lag_records{", &format!("group=\"{group}\"")],
         )
     };
-    let wait = |what: &str, done: &dyn Fn(&str) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let metrics = http(admin, "/metrics").1;
-            if done(&metrics) {
-                return metrics;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}:\n{}\n{}",
-                lag_series(&metrics),
-                strait.log()
-            );
-            thread::sleep(Duration::from_millis(300));
-        }
-    };
+    let wait = |what: &str, done: &dyn Fn(&str) -> bool| metrics_until(admin, &strait, what, done);
     let metrics = wait("lag of the groups", &|m| {
         lag(m, &deleted) == Some(6.0) && lag(m, &on_gone) == Some(7.0)
     });
@@ -1061,6 +1019,25 @@ fn deleted_groups_and_topics_and_offsets_past_the_end_leave_no_stale_lag() {
             assert_eq!(p["standing"], "partition gone", "{view}");
             assert_eq!(p["lag_records"], Value::Null, "{view}");
         }
+    }
+}
+
+/// Scrapes `admin`'s `/metrics` until `done` holds (at most a minute),
+/// then returns them; fails with `what`, the lag series and `strait`'s log.
+fn metrics_until(admin: u16, strait: &Strait, what: &str, done: &dyn Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = http(admin, "/metrics").1;
+        if done(&metrics) {
+            return metrics;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}:\n{}\n{}",
+            lag_series(&metrics),
+            strait.log()
+        );
+        thread::sleep(Duration::from_millis(300));
     }
 }
 
