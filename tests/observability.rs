@@ -430,8 +430,40 @@ fn the_status_page_shows_what_the_api_says() {
     let scene = Scene::start();
     let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
     let _ = std::fs::remove_file(&screenshot);
+    // A group behind on the spool with no members: STOP, listed.
+    let stopped = unique("obs-stopped");
+    let committed = run_client(
+        "ck_admin.py",
+        &[
+            "--bootstrap",
+            &scene.strait.bootstrap(),
+            "commit",
+            "--topic",
+            "local.events",
+            "--group",
+            &stopped,
+            "--offset",
+            "50",
+        ],
+    );
+    assert_eq!(committed["ok"], true, "{committed}");
+    metrics_until(scene.admin, &scene.strait, "the stopped group", &|m| {
+        support::metric(
+            m,
+            &[
+                "strait_group_status{",
+                &format!("group=\"{stopped}\""),
+                "status=\"STOP\"",
+            ],
+        ) == Some(1.0)
+    });
     let url = format!("http://127.0.0.1:{}", scene.admin);
     let page = run_client("status_page.py", &[&url, screenshot.to_str().unwrap()]);
+    assert_eq!(
+        page["groups_not_ok"][format!("local/{stopped}")],
+        "STOP",
+        "{page}"
+    );
     assert_eq!(page["rows"], 2, "{page}");
     assert_eq!(page["mirrors"]["dc1-to-dc2"], "OK", "{page}");
     assert_eq!(page["upstreams"]["dc1"], true, "{page}");

@@ -5,8 +5,8 @@
 
 Loads ADMIN_URL + "/" in Debian's headless Chromium (`chromium`, which
 scripts/peers installs) until the page's JS has rendered (body
-data-loaded="true"), parses the dumped DOM, fetches /api/v1/mirrors and
-/api/v1/gateway right after and compares:
+data-loaded="true"), parses the dumped DOM, fetches /api/v1/mirrors,
+/api/v1/gateway and /api/v1/groups right after and compares:
 
 - the set of partition rows (mirror, topic, partition) with the API's;
 - each row's status and each mirror's status (statuses change only on the
@@ -16,11 +16,14 @@ data-loaded="true"), parses the dumped DOM, fetches /api/v1/mirrors and
   they are non-negative integers;
 - the upstream rows and their up flags ("true", "false", "unknown" for a
   null `up`) with /api/v1/gateway's; "no mirrors configured" when there
-  are none.
+  are none;
+- the consumer groups listed as not OK, and their statuses, with the
+  groups /api/v1/groups says are not OK.
 
 Then takes a 1280x1000 screenshot to SCREENSHOT.png and checks it is a real
 PNG of that size. Prints one JSON line: {"rows", "mirrors": {name: status},
-"upstreams": {name: up}, "screenshot", "lag_exact"}; exit 0 when all
+"upstreams": {name: up}, "groups_not_ok": {"cluster/group": status},
+"screenshot", "lag_exact"}; exit 0 when all
 matched, 1 on a mismatch (what differed on stderr), 2 on bad arguments,
 3 on a crash or a missing Chromium. Standard library only.
 """
@@ -87,6 +90,7 @@ class Page(html.parser.HTMLParser):
         self.rows = []  # attribute dicts of partition rows
         self.mirrors = {}  # name -> status
         self.upstreams = {}  # name -> "true" | "false" | "unknown"
+        self.groups = {}  # "cluster/group" -> status, of the groups not OK
         self.text = []
 
     def handle_starttag(self, tag, attrs):
@@ -95,6 +99,8 @@ class Page(html.parser.HTMLParser):
             self.body = a
         elif tag == "tr" and "data-mirror" in a and "data-partition" in a:
             self.rows.append(a)
+        elif tag == "tr" and "data-group" in a:
+            self.groups["%s/%s" % (a.get("data-group-cluster"), a["data-group"])] = a.get("data-group-status")
         elif tag == "tr" and "data-upstream" in a:
             self.upstreams[a["data-upstream"]] = a.get("data-up")
         elif "data-mirror-status" in a:
@@ -139,7 +145,7 @@ def banner(page):
     return text[i:i + 200] if i >= 0 else None
 
 
-def compare(page, mirrors_api, gateway_api):
+def compare(page, mirrors_api, gateway_api, groups_api):
     """Returns (differences, lag_exact)."""
     diffs = []
     api_rows, api_mirrors = {}, {}
@@ -180,6 +186,10 @@ def compare(page, mirrors_api, gateway_api):
     api_ups = {u["name"]: up_state(u.get("up")) for u in gateway_api.get("upstreams", [])}
     if page.upstreams != api_ups:
         diffs.append("upstreams: page %r, API %r" % (page.upstreams, api_ups))
+    api_groups = {"%s/%s" % (g["cluster"], g["group"]): g["status"]
+                  for g in groups_api.get("groups", []) if g["status"] != "OK"}
+    if page.groups != api_groups:
+        diffs.append("groups not OK: page %r, API %r" % (page.groups, api_groups))
     return diffs, lag_exact
 
 
@@ -202,7 +212,8 @@ def main(t0):
             page = load(binary, profile, base + "/")
             mirrors_api = get_json(base + "/api/v1/mirrors")
             gateway_api = get_json(base + "/api/v1/gateway")
-            diffs, lag_exact = compare(page, mirrors_api, gateway_api)
+            groups_api = get_json(base + "/api/v1/groups")
+            diffs, lag_exact = compare(page, mirrors_api, gateway_api, groups_api)
             if not diffs:
                 break
             if attempt == 1:
@@ -223,6 +234,7 @@ def main(t0):
         "rows": len(page.rows),
         "mirrors": page.mirrors,
         "upstreams": {u["name"]: u.get("up") for u in gateway_api.get("upstreams", [])},
+        "groups_not_ok": page.groups,
         "screenshot": shot,
         "lag_exact": lag_exact,
         "elapsed_s": round(time.monotonic() - t0, 3),
