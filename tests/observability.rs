@@ -628,7 +628,8 @@ fn json_logs_name_the_connection_and_topic_labels_can_be_summed() {
 }
 
 /// Issue 23: a group behind on a topic of Apache Kafka, as `strait serve`
-/// watching the cluster (no routes) exports it ([`exact_group_lag`]).
+/// watching the cluster (no routes) exports it ([`exact_group_lag`]), and
+/// the same lag per partition as Kafka's own `kafka-consumer-groups`.
 #[test]
 fn a_groups_lag_on_kafka_is_exact_per_partition() {
     let dc1 = Kafka::shared();
@@ -639,9 +640,10 @@ fn a_groups_lag_on_kafka_is_exact_per_partition() {
         "clusters:\n  dc1: {{ bootstrap: [\"{b}\"] }}\nadmin:\n  listen: \"127.0.0.1:{admin}\"\n\
          lag:\n  interval: 1s\n  groups: \"{group}|other\"\n"
     ));
-    exact_group_lag(&strait, admin, "dc1", &b, &group, |topic| {
+    let topic = exact_group_lag(&strait, admin, "dc1", &b, &group, |topic| {
         dc1.create_topic(topic, 2, &[])
     });
+    same_lag_as_kafkas_tool(admin, "dc1", &b, &group, &topic);
 }
 
 /// Issue 23: a group of the consumer protocol (KIP-848, the Java client's
@@ -705,7 +707,8 @@ fn a_consumer_protocol_groups_state_and_members_are_read() {
 }
 
 /// Issue 23: a group behind on a topic of Strait's own spool (cluster
-/// `local`), the same as on Kafka ([`exact_group_lag`]).
+/// `local`), the same as on Kafka ([`exact_group_lag`]), and the same lag
+/// per partition as Kafka's `kafka-consumer-groups` reads through Strait.
 #[test]
 fn a_groups_lag_on_the_spool_is_exact_per_partition() {
     let group = unique("lag-group");
@@ -714,9 +717,49 @@ fn a_groups_lag_on_the_spool_is_exact_per_partition() {
         "admin:\n  listen: \"127.0.0.1:{admin}\"\nlag:\n  interval: 1s\n  groups: \"{group}|other\"\n"
     ));
     let b = strait.bootstrap();
-    exact_group_lag(&strait, admin, "local", &b, &group, |topic| {
+    let topic = exact_group_lag(&strait, admin, "local", &b, &group, |topic| {
         support::create_topic("ck_admin.py", &b, topic, 2)
     });
+    same_lag_as_kafkas_tool(admin, "local", &b, &group, &topic);
+}
+
+/// Kafka's own `kafka-consumer-groups --describe` of `group` at
+/// `bootstrap` shows, for each of the two partitions of `topic`, the lag
+/// Strait (admin listener `admin`) exports under `cluster`.
+fn same_lag_as_kafkas_tool(admin: u16, cluster: &str, bootstrap: &str, group: &str, topic: &str) {
+    let described = Kafka::shared().tool(
+        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+        &["--bootstrap-server", bootstrap, "--describe", "--group", group],
+    );
+    let metrics = http(admin, "/metrics").1;
+    let mut rows = 0;
+    // GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
+    for cols in described
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+    {
+        if cols.len() < 6 || cols[1] != topic {
+            continue;
+        }
+        let strait_lag = support::metric(
+            &metrics,
+            &[
+                "strait_group_lag_records{",
+                &format!("cluster=\"{cluster}\""),
+                &format!("group=\"{group}\""),
+                &format!("topic=\"{topic}\""),
+                &format!("partition=\"{}\"", cols[2]),
+            ],
+        );
+        assert_eq!(
+            strait_lag,
+            cols[5].parse::<f64>().ok(),
+            "partition {}: {described}",
+            cols[2]
+        );
+        rows += 1;
+    }
+    assert_eq!(rows, 2, "{described}");
 }
 
 /// Issue 23: groups through the router, under the names its clients use.
@@ -808,6 +851,7 @@ fn groups_through_the_router_are_under_the_clients_names() {
 /// exports it: the exact lag in records per partition, in seconds since
 /// the oldest unread record was written (within one poll interval), the
 /// group's state, members and status, in `/metrics` and `/api/v1/groups`.
+/// Returns the topic.
 fn exact_group_lag(
     strait: &Strait,
     admin: u16,
@@ -815,7 +859,7 @@ fn exact_group_lag(
     b: &str,
     group: &str,
     create_topic: impl Fn(&str),
-) {
+) -> String {
     let topic = unique("lag");
     create_topic(&topic);
     let since_epoch = || {
@@ -968,6 +1012,7 @@ fn exact_group_lag(
     );
     let (status, body) = http(admin, &format!("/api/v1/groups/{cluster}/no-such-group"));
     assert_eq!(status, 404, "{body}");
+    topic
 }
 
 /// Issue 23: groups that go away or point past their partition's end give
