@@ -447,7 +447,7 @@ impl GroupCoordinator {
         }
     }
 
-    /// Members per group and rebalances so far.
+    /// Rebalances so far.
     pub fn stats(&self) -> GroupStats {
         let st = self.shared.lock();
         let live: u64 = st.groups.values().map(|g| g.generation.max(0) as u64).sum();
