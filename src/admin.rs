@@ -324,10 +324,9 @@ fn json_response(value: Value) -> Response {
 }
 
 async fn groups(State(admin): State<Arc<Admin>>) -> Response {
-    let views = admin.groups.get().map(|t| t.view()).unwrap_or_default();
-    let clusters: Vec<Value> = admin
-        .groups
-        .get()
+    let tracker = admin.groups.get();
+    let views = tracker.map(|t| t.view()).unwrap_or_default();
+    let clusters: Vec<Value> = tracker
         .map(|t| t.clusters())
         .unwrap_or_default()
         .into_iter()
@@ -336,15 +335,17 @@ async fn groups(State(admin): State<Arc<Admin>>) -> Response {
         })
         .collect();
     json_response(json!({
-        "watching": admin.groups.get().is_some(),
+        "watching": tracker.is_some(),
         "clusters": clusters,
         "groups": views.iter().map(|g| group_json(g, false)).collect::<Vec<_>>(),
     }))
 }
 
 async fn group(State(admin): State<Arc<Admin>>, Path((cluster, group)): Path<(String, String)>) -> Response {
-    let views = admin.groups.get().map(|t| t.view()).unwrap_or_default();
-    match views.iter().find(|g| g.cluster == cluster && g.group == group) {
+    let views = (admin.groups.get())
+        .map(|t| t.view_where(|c, g| c == cluster && g == group))
+        .unwrap_or_default();
+    match views.first() {
         Some(g) => json_response(group_json(g, true)),
         None => (
             StatusCode::NOT_FOUND,

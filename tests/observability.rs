@@ -913,7 +913,6 @@ fn exact_group_lag(
     assert_eq!(committed, BTreeMap::from([(0, Some(30)), (1, Some(20))]));
     let expected = BTreeMap::from([(0, 15i64), (1, 5i64)]);
 
-    let deadline = Instant::now() + Duration::from_secs(60);
     let selector = |name: &str, p: i32| {
         [
             format!("{name}{{"),
@@ -928,23 +927,19 @@ fn exact_group_lag(
         let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
         support::metric(metrics, &parts)
     };
-    let (metrics, scraped) = loop {
-        let scraped = since_epoch();
-        let metrics = http(admin, "/metrics").1;
-        let exact = expected
-            .iter()
-            .all(|(&p, &lag)| value(&metrics, "strait_group_lag_records", p) == Some(lag as f64));
-        if exact && value(&metrics, "strait_group_lag_seconds", 0).is_some() {
-            break (metrics, scraped);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "lag not exported as {expected:?}:\n{}\n{}",
-            lag_series(&metrics),
-            strait.log()
-        );
-        thread::sleep(Duration::from_millis(300));
-    };
+    let metrics = metrics_until(
+        admin,
+        strait,
+        &format!("lag not exported as {expected:?}"),
+        &|m| {
+            expected
+                .iter()
+                .all(|(&p, &lag)| value(m, "strait_group_lag_records", p) == Some(lag as f64))
+                && value(m, "strait_group_lag_seconds", 0).is_some()
+        },
+    );
+    // At most the moment the scrape above was read.
+    let scraped = since_epoch();
     // Lag in seconds: the oldest unread record was produced between
     // `produced_from` and `produced_to`, and timed at a poll within one
     // interval (1 s, and the poll's own time) before the scrape.

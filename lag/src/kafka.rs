@@ -241,12 +241,7 @@ async fn partition_ends(
 ) -> Result<HashMap<(String, i32), (i64, i64)>, UpstreamError> {
     let mut by_leader: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
     for (topic, partition) in partitions {
-        let leader = metadata
-            .topics
-            .get(topic)
-            .and_then(|t| t.partitions.iter().find(|p| p.partition == *partition))
-            .map(|p| p.leader);
-        if let Some(leader) = leader.filter(|l| *l >= 0) {
+        if let Ok(leader) = metadata.leader(cluster.name(), topic, *partition) {
             by_leader
                 .entry(leader)
                 .or_default()
@@ -343,14 +338,9 @@ async fn unread_timestamps(
         let per_request = (LOOKUP_MAX_BYTES / ask).max(1) as usize;
         let mut requests: Vec<(i32, Vec<At>)> = Vec::new();
         for key in left.drain(..) {
-            let leader = metadata
-                .topics
-                .get(&key.0)
-                .and_then(|t| t.partitions.iter().find(|p| p.partition == key.1))
-                .map_or(-1, |p| p.leader);
-            if leader < 0 {
+            let Ok(leader) = metadata.leader(cluster.name(), &key.0, key.1) else {
                 continue;
-            }
+            };
             let slot = requests.iter_mut().find(|(node, items)| {
                 *node == leader
                     && items.len() < per_request

@@ -15,7 +15,7 @@
 //! | `strait_lag_groups_skipped` | gauge | cluster | watched groups left out for `lag.max_groups` |
 //! | `strait_lag_poll_errors_total` | counter | cluster | polls of the cluster that failed |
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -34,7 +34,21 @@ struct Tracked {
     /// one).
     error: Option<String>,
     polls_failed: u64,
-    windows: HashMap<(String, String, i32), VecDeque<Sample>>,
+    /// Good polls so far: the one that last saw a window.
+    polls: u64,
+    windows: HashMap<(String, String, i32), Window>,
+    /// Per group and partition of `snapshot`, in its order: its window's
+    /// verdict and the last sample's lag in seconds, judged when the
+    /// poll came (a window changes only then).
+    judged: Vec<Vec<(Verdict, Option<f64>)>>,
+}
+
+/// One group partition's last samples.
+#[derive(Debug, Default)]
+struct Window {
+    samples: VecDeque<Sample>,
+    /// The good poll that last saw the partition.
+    seen: u64,
 }
 
 /// A group partition as `/api/v1/groups` shows it.
@@ -110,11 +124,12 @@ impl Tracker {
                 tracked.snapshot = snapshot;
             }
         }
-        // Thousands of group partitions: a set, not a list, to keep.
-        let mut live = HashSet::new();
+        tracked.polls += 1;
+        let poll = tracked.polls;
+        let mut judged = Vec::with_capacity(tracked.snapshot.groups.len());
         for group in &tracked.snapshot.groups {
+            let mut partitions = Vec::with_capacity(group.partitions.len());
             for p in &group.partitions {
-                let key = (group.group.clone(), p.topic.clone(), p.partition);
                 let lag_records = p.lag_records().unwrap_or(0);
                 let health = match p.standing() {
                     Standing::BeyondEnd => Health::Retrying(format!(
@@ -127,25 +142,33 @@ impl Tracker {
                     }
                     _ => Health::Running,
                 };
+                let lag_seconds = p.lag_seconds(t_ms);
                 let sample = Sample {
                     t_ms,
                     position: Some(p.committed),
                     high_watermark: p.end.unwrap_or(-1),
                     lag_records,
-                    lag_seconds: p.lag_seconds(t_ms),
+                    lag_seconds,
                     commit_age: None,
                     errors: tracked.polls_failed + u64::from(group.error.is_some()),
                     health,
                 };
-                let window = tracked.windows.entry(key.clone()).or_default();
-                if window.len() == WINDOW {
-                    window.pop_front();
+                let key = (group.group.clone(), p.topic.clone(), p.partition);
+                let window = tracked.windows.entry(key).or_default();
+                if window.samples.len() == WINDOW {
+                    window.samples.pop_front();
                 }
-                window.push_back(sample);
-                live.insert(key);
+                window.samples.push_back(sample);
+                window.seen = poll;
+                partitions.push((
+                    evaluate(window.samples.make_contiguous(), self.interval),
+                    lag_seconds,
+                ));
             }
+            judged.push(partitions);
         }
-        tracked.windows.retain(|key, _| live.contains(key));
+        tracked.judged = judged;
+        tracked.windows.retain(|_, window| window.seen == poll);
     }
 
     /// `f` of `cluster`'s last good snapshot, if it has one.
@@ -156,28 +179,30 @@ impl Tracker {
 
     /// Every group of every cluster, with its verdict.
     pub fn view(&self) -> Vec<GroupView> {
+        self.view_where(|_, _| true)
+    }
+
+    /// The groups `keep` takes (by cluster and group), with their verdicts.
+    pub fn view_where(&self, keep: impl Fn(&str, &str) -> bool) -> Vec<GroupView> {
         let clusters = self.clusters.lock().expect("lag tracker");
         let mut views = Vec::new();
         for (cluster, tracked) in clusters.iter() {
-            for group in &tracked.snapshot.groups {
+            for (group, judged) in tracked.snapshot.groups.iter().zip(&tracked.judged) {
+                if !keep(cluster, &group.group) {
+                    continue;
+                }
                 let partitions: Vec<PartitionView> = group
                     .partitions
                     .iter()
-                    .map(|p| {
-                        let window: Vec<Sample> = tracked
-                            .windows
-                            .get(&(group.group.clone(), p.topic.clone(), p.partition))
-                            .map(|w| w.iter().cloned().collect())
-                            .unwrap_or_default();
-                        PartitionView {
-                            topic: p.topic.clone(),
-                            partition: p.partition,
-                            committed: p.committed,
-                            end: p.end,
-                            standing: p.standing(),
-                            lag_seconds: window.last().and_then(|s| s.lag_seconds),
-                            verdict: evaluate(&window, self.interval),
-                        }
+                    .zip(judged)
+                    .map(|(p, (verdict, lag_seconds))| PartitionView {
+                        topic: p.topic.clone(),
+                        partition: p.partition,
+                        committed: p.committed,
+                        end: p.end,
+                        standing: p.standing(),
+                        lag_seconds: *lag_seconds,
+                        verdict: verdict.clone(),
                     })
                     .collect();
                 let verdict = match &group.error {
@@ -383,5 +408,79 @@ impl Collector for LagCollector {
         .flat_map(|f| f.collect())
         .chain(errors.collect())
         .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::groups::{GroupLag, PartitionLag};
+
+    fn group(name: &str, members: usize, partitions: &[(i32, i64, i64)]) -> GroupLag {
+        GroupLag {
+            group: name.to_owned(),
+            state: "Stable".to_owned(),
+            members,
+            partitions: partitions
+                .iter()
+                .map(|&(partition, committed, end)| PartitionLag {
+                    end: Some(end),
+                    oldest_unread_ms: Some(1_000),
+                    ..PartitionLag::committed("t".to_owned(), partition, committed)
+                })
+                .collect(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn each_poll_judges_every_partition_and_forgets_the_ones_gone() {
+        let tracker = Tracker::new(Duration::from_secs(5));
+        let poll = |t_ms: i64, groups: Vec<GroupLag>| {
+            tracker.record("k", t_ms, Ok(Snapshot { groups, skipped: 0 }));
+        };
+        // A group without members, behind on partition 0: STOP; partition
+        // 1 caught up. A moving group with members: OK.
+        for (i, t) in [10_000, 15_000, 20_000].into_iter().enumerate() {
+            let moving = 10 * i as i64;
+            poll(
+                t,
+                vec![
+                    group("idle", 0, &[(0, 5, 50), (1, 7, 7)]),
+                    group("live", 1, &[(0, moving, moving + 3)]),
+                ],
+            );
+        }
+        let view = tracker.view();
+        let idle = &view[0];
+        assert_eq!((idle.group.as_str(), idle.verdict.level), ("idle", Level::Stop));
+        assert_eq!(idle.max_lag_records, 45);
+        assert_eq!(
+            idle.partitions[0].lag_seconds,
+            Some(19.0),
+            "since the oldest unread record"
+        );
+        assert_eq!(idle.partitions[1].verdict.level, Level::Ok);
+        assert_eq!(idle.partitions[1].lag_seconds, Some(0.0));
+        assert_eq!(
+            (view[1].group.as_str(), view[1].verdict.level),
+            ("live", Level::Ok)
+        );
+        // Only the group asked for.
+        let one = tracker.view_where(|c, g| c == "k" && g == "live");
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].partitions[0].committed, 20);
+        // A failed poll keeps the last snapshot and its verdicts.
+        tracker.record("k", 25_000, Err("down".to_owned()));
+        assert_eq!(tracker.view()[0].verdict.level, Level::Stop);
+        // Partition 1 and group `live` gone: their windows go with them,
+        // and a partition coming back starts a fresh window.
+        poll(30_000, vec![group("idle", 0, &[(0, 5, 50)])]);
+        poll(35_000, vec![group("idle", 0, &[(0, 5, 50), (1, 7, 9)])]);
+        let clusters = tracker.clusters.lock().unwrap();
+        let windows = &clusters["k"].windows;
+        assert_eq!(windows.len(), 2);
+        assert_eq!(windows[&("idle".to_owned(), "t".to_owned(), 1)].samples.len(), 1);
+        assert_eq!(windows[&("idle".to_owned(), "t".to_owned(), 0)].samples.len(), 5);
     }
 }
