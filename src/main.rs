@@ -2,7 +2,9 @@
 //!
 //! - `strait serve [--config FILE] [--listen ADDR] [--data-dir DIR]`: run the
 //!   Kafka broker for local topics (embedded defaults without a file).
-//! - `strait mirror --config FILE`: run the configuration's mirrors.
+//! - `strait mirror --config FILE`: run the configuration's mirrors;
+//!   `strait mirror translate-offsets`: translate groups' offsets with a
+//!   mirror's offset map.
 //! - `strait check --config FILE`: validate a configuration, print it in full.
 //! - `strait users add|remove|list`: the users who log in with SASL.
 //! - `strait spool verify DIR`: check every batch and index entry on disk.
@@ -79,10 +81,13 @@ enum Command {
     /// Run the mirrors of a configuration file (`mirrors:`), with its admin
     /// listener (`admin.listen`: status page, /metrics, /readyz, JSON) if
     /// set.
+    #[command(args_conflicts_with_subcommands = true)]
     Mirror {
         /// The YAML configuration file.
         #[arg(long, short)]
-        config: PathBuf,
+        config: Option<PathBuf>,
+        #[command(subcommand)]
+        command: Option<MirrorCommand>,
     },
     /// Validate a configuration file and print the effective configuration.
     Check {
@@ -105,6 +110,33 @@ enum Command {
         /// A configuration whose server.users_file is the file.
         #[arg(long, short, global = true)]
         config: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum MirrorCommand {
+    /// Translate consumer groups' committed offsets on a mirror's source
+    /// into offsets on its target, exactly, with the mirror's offset map:
+    /// each partition's target offset is that of the next record the group
+    /// has not read. Prints them; with --apply, commits them for the same
+    /// group on the target (refused while the group has members there).
+    TranslateOffsets {
+        /// The YAML configuration file holding the mirror.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The mirror (its name under `mirrors:`).
+        #[arg(long)]
+        mirror: String,
+        /// Regular expression of the groups on the source, matched against
+        /// the whole name: `orders-app` or `orders-.*`.
+        #[arg(long)]
+        group: String,
+        /// Commit the translated offsets on the target.
+        #[arg(long)]
+        apply: bool,
+        /// Print one JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -196,7 +228,29 @@ fn main() -> ExitCode {
             advertised,
             data_dir,
         }),
-        Command::Mirror { config } => mirror_cmd::run(&config),
+        Command::Mirror {
+            command:
+                Some(MirrorCommand::TranslateOffsets {
+                    config,
+                    mirror,
+                    group,
+                    apply,
+                    json,
+                }),
+            ..
+        } => mirror_cmd::translate_offsets(&mirror_cmd::Translate {
+            config,
+            mirror,
+            group,
+            apply,
+            json,
+        }),
+        Command::Mirror {
+            config: Some(config), ..
+        } => mirror_cmd::run(&config),
+        Command::Mirror { .. } => Err(anyhow::anyhow!(
+            "strait mirror needs --config FILE (to run the mirrors) or a subcommand; see strait mirror --help"
+        )),
         Command::Check { config } => check::run(&config),
         Command::Users {
             command,

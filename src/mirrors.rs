@@ -59,6 +59,8 @@ pub fn start(
             coalesce_up_to: strait_config::mirror::COALESCE_UP_TO.bytes() as usize,
             staggered_polls: m.staggered_polls,
             shutdown_grace: Duration::from(config.server.shutdown_grace),
+            offset_map_topic: m.offset_map_topic(name),
+            offset_map_retention: m.offset_map_retention.into(),
             metrics: metrics.clone(),
         };
         metrics.start_mirror(name);

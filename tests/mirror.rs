@@ -811,16 +811,8 @@ fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> Vec<
         .build()
         .unwrap();
     runtime.block_on(async {
-        let cluster = strait_upstream::Cluster::new(
-            "source",
-            strait_upstream::ClusterOptions {
-                bootstrap: vec![bootstrap.to_owned()],
-                connect: strait_upstream::ConnectOptions::default(),
-                metadata_max_age: Duration::from_secs(60),
-            },
-        );
         let all: Vec<i32> = (0..partitions).collect();
-        let mut found = strait_mirror::positions::load(&cluster, group, topic, &all)
+        let mut found = strait_mirror::positions::load(&cluster(bootstrap), group, topic, &all)
             .await
             .expect("OffsetFetch");
         found.sort_by_key(|(p, _)| *p);
@@ -1466,4 +1458,328 @@ fn a_transactional_kafka_source_arrives_committed_only() {
             "target partition {p}"
         );
     }
+}
+
+/// A cluster client for the library's own calls in tests.
+fn cluster(bootstrap: &str) -> strait_upstream::Cluster {
+    strait_upstream::Cluster::new(
+        "test",
+        strait_upstream::ClusterOptions {
+            bootstrap: vec![bootstrap.to_owned()],
+            connect: strait_upstream::ConnectOptions::default(),
+            metadata_max_age: Duration::from_secs(60),
+        },
+    )
+}
+
+/// Each partition's records as ck_dump reads them: (offset, value).
+fn offsets_and_values(bootstrap: &str, topic: &str, expect: usize) -> BTreeMap<i32, Vec<(i64, String)>> {
+    support::dump(bootstrap, topic, expect, 0..3)
+        .into_iter()
+        .map(|(p, records)| {
+            let records = records
+                .iter()
+                .map(|r| {
+                    (
+                        r[0].as_i64().unwrap(),
+                        r[2].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect();
+            (p.parse().unwrap(), records)
+        })
+        .collect()
+}
+
+/// Each partition's end offset.
+fn ends(bootstrap: &str, topic: &str) -> BTreeMap<i32, i64> {
+    let out = run_client(
+        "ck_admin.py",
+        &["--bootstrap", bootstrap, "offsets", "--topic", topic],
+    );
+    out["latest"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(p, o)| (p.parse().unwrap(), o.as_i64().unwrap()))
+        .collect()
+}
+
+/// Groups move to the target at exactly the next record they had not
+/// read. A Kafka source with transactions (markers and aborted records
+/// leave source offsets the target never gets) between plain records, the
+/// mirror SIGKILLed midway: every source offset from 0 to the end
+/// translates, through the offset map the mirror keeps on the target, to
+/// the target offset of the first record at or after it, as the records on
+/// both sides say. `strait mirror translate-offsets` prints the same for
+/// groups committed on the source, and `--apply` commits them on the
+/// target, where a consumer of the group then reads exactly the records
+/// after its source position; refused while the group has a member there.
+#[test]
+fn groups_translate_to_the_next_unread_record_on_the_target_kafka_to_kafka() {
+    let source = Kafka::shared();
+    let target = Kafka::second();
+    let topic = unique("failover");
+    source.create_topic(&topic, 2, &[]);
+    let transactions = |n: &str, id: &str| {
+        let out = run_client(
+            "ck_txn.py",
+            &[
+                "--bootstrap",
+                &source.bootstrap(),
+                "--topic",
+                &topic,
+                "--transactions",
+                n,
+                "--per",
+                "10",
+                "--txn-id",
+                &unique(id),
+            ],
+        );
+        out["committed"].as_u64().unwrap() as usize
+    };
+    produce(&source.bootstrap(), &topic, 0, 40, "lz4");
+    let mut expect = 40 + transactions("4", "fo-a");
+    let config = config(&source.bootstrap(), &target.bootstrap(), &topic, "");
+    let mut mirror = MirrorProc::start(&config);
+    wait_until("the mirror's first records", Duration::from_secs(60), || {
+        records_written(&mirror.get("/metrics")) > 0.0
+    });
+    mirror.kill();
+    produce(&source.bootstrap(), &topic, 40, 30, "none");
+    expect += 30 + transactions("4", "fo-b");
+    mirror.restart();
+    assert_mirrored(&source.bootstrap(), &target.bootstrap(), &topic, &topic, expect);
+    let source_ends = ends(&source.bootstrap(), &topic);
+    wait_until(
+        "the mirror's positions at the source's end",
+        Duration::from_secs(30),
+        || {
+            committed(&source.bootstrap(), "m", &topic, 2)
+                == source_ends.values().copied().collect::<Vec<_>>()
+        },
+    );
+    let ours = offsets_and_values(&source.bootstrap(), &topic, expect);
+    let theirs = offsets_and_values(&target.bootstrap(), &topic, expect);
+    let target_ends = ends(&target.bootstrap(), &topic);
+    // The next record at or after `offset`, on the target.
+    let truth = |p: i32, offset: i64| -> i64 {
+        let (s, t) = (&ours[&p], &theirs[&p]);
+        assert_eq!(
+            s.iter().map(|r| &r.1).collect::<Vec<_>>(),
+            t.iter().map(|r| &r.1).collect::<Vec<_>>()
+        );
+        s.iter()
+            .position(|(o, _)| *o >= offset)
+            .map_or(target_ends[&p], |i| t[i].0)
+    };
+    let gaps: usize = ours
+        .iter()
+        .map(|(p, records)| source_ends[p] as usize - records.len())
+        .sum();
+    assert!(
+        gaps >= 8,
+        "the transactions leave offsets the target does not get: {gaps}"
+    );
+
+    // Every offset, through the library.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let translator = runtime
+        .block_on(strait_mirror::translate::Translator::load(
+            cluster(&source.bootstrap()),
+            cluster(&target.bootstrap()),
+            "m",
+            "__strait_mirror_offsets.m",
+        ))
+        .expect("the offset map reads");
+    for (&p, &end) in &source_ends {
+        for offset in 0..=end {
+            assert_eq!(
+                translator.translate(&topic, p, offset),
+                strait_mirror::offset_map::Translation::Exact(truth(p, offset)),
+                "partition {p}, source offset {offset}"
+            );
+        }
+        assert_eq!(
+            translator.translate(&topic, p, end + 1),
+            strait_mirror::offset_map::Translation::Ahead(end)
+        );
+    }
+    let segments: usize = translator
+        .map()
+        .partitions
+        .values()
+        .map(|m| m.segments().len())
+        .sum();
+    eprintln!(
+        "offset map: {} entries, {} bytes, {segments} segments for {expect} records and {gaps} gaps",
+        translator.map().entries,
+        translator.map().bytes
+    );
+
+    // Groups committed on the source at the start, on a marker, right after
+    // one, within a run and at the end, through the command.
+    let mut places: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+    for (&p, records) in &ours {
+        let held: std::collections::BTreeSet<i64> = records.iter().map(|r| r.0).collect();
+        // (A partition the transactions missed has none.)
+        let gap = (0..source_ends[&p])
+            .find(|o| !held.contains(o))
+            .unwrap_or(records[records.len() / 3].0);
+        places.insert(
+            p,
+            vec![0, gap, gap + 1, records[records.len() / 2].0, source_ends[&p]],
+        );
+    }
+    for k in 0..5 {
+        let offsets = places
+            .iter()
+            .map(|(p, o)| format!("{p}={}", o[k]))
+            .collect::<Vec<_>>()
+            .join(",");
+        run_client(
+            "ck_admin.py",
+            &[
+                "--bootstrap",
+                &source.bootstrap(),
+                "commit",
+                "--topic",
+                &topic,
+                "--group",
+                &format!("{topic}-g{k}"),
+                "--offsets",
+                &offsets,
+            ],
+        );
+    }
+    let translate = |group: &str, apply: bool| {
+        let config = mirror.config_path().to_str().unwrap().to_owned();
+        let mut args = vec![
+            "mirror",
+            "translate-offsets",
+            "--config",
+            &config,
+            "--mirror",
+            "m",
+            "--group",
+            group,
+            "--json",
+        ];
+        if apply {
+            args.push("--apply");
+        }
+        let out = std::process::Command::new(support::strait_bin())
+            .args(&args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let json: Value = serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.success(), json)
+    };
+    let (ok, all) = translate(&format!("{topic}-g.*"), false);
+    assert!(ok, "{all}");
+    let groups = all["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 5, "{all}");
+    for (k, g) in groups.iter().enumerate() {
+        assert_eq!(g["group"], format!("{topic}-g{k}"));
+        for row in g["partitions"].as_array().unwrap() {
+            let p = row["partition"].as_i64().unwrap() as i32;
+            assert_eq!(row["source_offset"], places[&p][k], "{row}");
+            assert_eq!(row["translation"], "exact", "{row}");
+            assert_eq!(row["target_offset"], truth(p, places[&p][k]), "{row}");
+        }
+    }
+
+    // --apply: refused while a consumer of the group is on the target.
+    let group = format!("{topic}-g2");
+    let mut member = support::spawn_client(
+        "ck_consume.py",
+        &[
+            "--bootstrap",
+            &target.bootstrap(),
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+            "--expect",
+            "1000000",
+            "--timeout",
+            "12",
+            "-X",
+            "enable.auto.commit=false",
+        ],
+    );
+    let describe = || {
+        run_client(
+            "ck_admin.py",
+            &["--bootstrap", &target.bootstrap(), "group", "--group", &group],
+        )["members"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    wait_until(
+        "the consumer joins on the target",
+        Duration::from_secs(30),
+        || describe() > 0,
+    );
+    let (ok, refused) = translate(&group, true);
+    assert!(!ok, "{refused}");
+    assert_eq!(refused["groups"][0]["applied"], false, "{refused}");
+    assert!(
+        refused["groups"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("member(s) on the target"),
+        "{refused}"
+    );
+    // It leaves the group as it closes, at its timeout.
+    member.wait(Duration::from_secs(60));
+    wait_until("the consumer leaves", Duration::from_secs(60), || describe() == 0);
+    let (ok, applied) = translate(&group, true);
+    assert!(ok, "{applied}");
+    assert_eq!(applied["groups"][0]["applied"], true, "{applied}");
+    // The group reads on the target exactly what it had not read.
+    let unread: Vec<(i32, String)> = ours
+        .iter()
+        .flat_map(|(&p, records)| {
+            let from = places[&p][2];
+            records
+                .iter()
+                .filter(move |(o, _)| *o >= from)
+                .map(move |(_, v)| (p, v.clone()))
+        })
+        .collect();
+    let read = run_client(
+        "ck_consume.py",
+        &[
+            "--bootstrap",
+            &target.bootstrap(),
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+            "--expect",
+            &unread.len().to_string(),
+            "--linger",
+            "2",
+            "--records",
+        ],
+    );
+    let mut got: Vec<(i32, String)> = read["records_list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[0].as_i64().unwrap() as i32, r[3].as_str().unwrap().to_owned()))
+        .collect();
+    got.sort_by_key(|(p, _)| *p);
+    assert_eq!(read["duplicates"], 0, "{read}");
+    assert_eq!(
+        got, unread,
+        "the group read on the target exactly what it had not read on the source"
+    );
 }

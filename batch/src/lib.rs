@@ -31,6 +31,7 @@ pub use header::{
     Batches, ProducerStamp, CONTROL, CRC_START, HEADER_LEN, LOG_APPEND_TIME, LOG_OVERHEAD, TRANSACTIONAL,
 };
 pub use records::{
-    newest_record_timestamp, parse_raw_records, parse_records, records, records_section, timestamp_at,
-    varint_len, write_bytes, write_varint, Header, HeaderIter, Headers, RawRecord, Record, RecordError,
+    newest_record_timestamp, parse_raw_records, parse_records, read_varint, records, records_section,
+    timestamp_at, varint_len, write_bytes, write_varint, Header, HeaderIter, Headers, RawRecord, Record,
+    RecordError,
 };

@@ -311,7 +311,7 @@ fn read_bytes<'a>(buf: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
 }
 
 /// Reads a zigzag varint (at most 10 bytes) off the front of `buf`.
-fn read_varint(buf: &mut &[u8]) -> Option<i64> {
+pub fn read_varint(buf: &mut &[u8]) -> Option<i64> {
     let mut value: u64 = 0;
     for (i, &byte) in buf.iter().enumerate().take(10) {
         value |= u64::from(byte & 0x7f) << (7 * i);

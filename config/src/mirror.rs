@@ -36,6 +36,12 @@ pub const DEFAULT_DISCOVERY_INTERVAL: HumanDuration = HumanDuration::secs(10);
 /// quarters of the budget) beside the answer being written: what one
 /// partition needs to fill a 100 ms x 100 MB/s link.
 pub const DEFAULT_MAX_BYTES_IN_FLIGHT: ByteSize = ByteSize::mib(128);
+/// Default `offset_map_retention`: 7 days, Kafka's default retention.
+pub const DEFAULT_OFFSET_MAP_RETENTION: HumanDuration = HumanDuration::days(7);
+/// The default `offset_map_topic` of a mirror, `{name}` standing for its
+/// name: it begins with `__`, so the default `exclude` keeps a mirror in
+/// the other direction from copying it back.
+pub const DEFAULT_OFFSET_MAP_TOPIC: &str = "__strait_mirror_offsets.{name}";
 /// The largest batch `coalesce_below` merges small batches into: 1MiB.
 pub const COALESCE_UP_TO: ByteSize = ByteSize::mib(1);
 
@@ -128,6 +134,17 @@ pub struct MirrorConfig {
     /// link (partitions with a backlog are unaffected). Default `true`;
     /// `false` where cross-datacenter bytes are dear.
     pub staggered_polls: bool,
+    /// The topic on the target cluster where the mirror keeps its offset
+    /// map (which target offset each source record went to), for
+    /// `strait mirror translate-offsets`. Default
+    /// `__strait_mirror_offsets.<mirror name>` (the effective configuration
+    /// writes it out); created with one partition and `cleanup.policy=delete`.
+    pub offset_map_topic: Option<String>,
+    /// How long the offset map topic keeps entries (its `retention.ms` when
+    /// the mirror creates it): offsets committed before that translate to
+    /// the first target offset the map still knows. Default `7d`; at least
+    /// `1h`.
+    pub offset_map_retention: HumanDuration,
 }
 
 impl Default for MirrorConfig {
@@ -148,6 +165,8 @@ impl Default for MirrorConfig {
             on_lost_records: OnLostRecords::default(),
             coalesce_below: ByteSize::b(0),
             staggered_polls: true,
+            offset_map_topic: None,
+            offset_map_retention: DEFAULT_OFFSET_MAP_RETENTION,
         }
     }
 }
@@ -178,10 +197,20 @@ impl MirrorConfig {
         self.group.clone().unwrap_or_else(|| name.to_owned())
     }
 
-    /// This mirror with its default group written out.
+    /// The topic on the target holding this mirror's offset map:
+    /// `offset_map_topic`, or [`DEFAULT_OFFSET_MAP_TOPIC`] for mirror
+    /// `name`.
+    pub fn offset_map_topic(&self, name: &str) -> String {
+        self.offset_map_topic
+            .clone()
+            .unwrap_or_else(|| DEFAULT_OFFSET_MAP_TOPIC.replace("{name}", name))
+    }
+
+    /// This mirror with its default group and offset map topic written out.
     pub(crate) fn effective(&self, name: &str) -> MirrorConfig {
         MirrorConfig {
             group: Some(self.group_id(name)),
+            offset_map_topic: Some(self.offset_map_topic(name)),
             ..self.clone()
         }
     }
@@ -254,6 +283,25 @@ impl MirrorConfig {
             }
         }
         check_bytes_in_flight(self.max_bytes_in_flight, &path("max_bytes_in_flight"))?;
+        let map_topic = self.offset_map_topic(name);
+        if map_topic.len() > 249 {
+            return Err(Invalid::new(
+                path("offset_map_topic"),
+                format!("`{map_topic}` is longer than Kafka's 249 characters"),
+            ));
+        }
+        check_name(&map_topic).map_err(|why| {
+            Invalid::new(
+                path("offset_map_topic"),
+                format!("`{map_topic}` is not a topic name: {why}"),
+            )
+        })?;
+        if self.offset_map_retention < HumanDuration::hours(1) {
+            return Err(Invalid::new(
+                path("offset_map_retention"),
+                format!("{} is below 1h", self.offset_map_retention),
+            ));
+        }
         if self.coalesce_below > COALESCE_UP_TO {
             return Err(Invalid::new(
                 path("coalesce_below"),

@@ -403,6 +403,8 @@ mirrors:
     on_lost_records: continue
     coalesce_below: 0B
     staggered_polls: true
+    offset_map_topic: __strait_mirror_offsets.nj-to-cq
+    offset_map_retention: 7d
 routes:
 - regex: .*
   to: local

@@ -147,7 +147,7 @@ impl Source for Poller {
 }
 
 /// The groups broker `node` coordinates.
-async fn list_groups(cluster: &Cluster, node: i32) -> Result<Vec<(i32, String)>, UpstreamError> {
+pub async fn list_groups(cluster: &Cluster, node: i32) -> Result<Vec<(i32, String)>, UpstreamError> {
     let connection = cluster.broker(node).await?;
     let response = connection.request(&ListGroupsRequest::default()).await?;
     check(
@@ -165,7 +165,7 @@ async fn list_groups(cluster: &Cluster, node: i32) -> Result<Vec<(i32, String)>,
 /// Each of `groups`' state and member count, from their coordinator
 /// (classic groups with DescribeGroups, consumer-protocol ones with
 /// ConsumerGroupDescribe).
-async fn describe(
+pub async fn describe(
     cluster: &Cluster,
     node: i32,
     groups: &[String],
@@ -205,7 +205,7 @@ async fn describe(
 }
 
 /// A group's committed offsets, every topic: (topic, partition, offset).
-async fn offsets(cluster: &Cluster, node: i32, group: &str) -> Result<Vec<At>, UpstreamError> {
+pub async fn offsets(cluster: &Cluster, node: i32, group: &str) -> Result<Vec<At>, UpstreamError> {
     let connection = cluster.broker(node).await?;
     // v8 moves the group into an array; one group needs none of that.
     let version = connection.version(ApiKey::OffsetFetch)?.min(7);

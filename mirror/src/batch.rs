@@ -104,6 +104,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::Arc;
 
 use strait_batch::compression::{self, DecompressError};
 use strait_batch::{self as wire, build, BatchError, BatchHeader, Compression, RawRecord, RecordError};
@@ -426,8 +427,9 @@ pub enum TargetKind {
 
 /// The source offsets a target batch holds: its records, in order, are
 /// `record_count` of the source's records from `first_offset` to
-/// `last_offset` (both included; with gaps where the source had them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// `last_offset` (both included; with gaps where the source had them,
+/// which [`SourceRange::runs`] says exactly).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SourceRange {
     /// Source offset of the first record.
     pub first_offset: i64,
@@ -435,6 +437,69 @@ pub struct SourceRange {
     pub last_offset: i64,
     /// Number of records.
     pub record_count: i32,
+    /// With gaps: the runs of consecutive offsets (first, count), in
+    /// order; `None` when the offsets are consecutive.
+    gapped: Option<Arc<[(i64, i64)]>>,
+}
+
+impl SourceRange {
+    /// Records at consecutive offsets from `first_offset`.
+    pub fn consecutive(first_offset: i64, record_count: i32) -> SourceRange {
+        SourceRange {
+            first_offset,
+            last_offset: first_offset + i64::from(record_count) - 1,
+            record_count,
+            gapped: None,
+        }
+    }
+
+    /// Records at `offsets` (increasing, at least one).
+    pub fn of_offsets(offsets: impl IntoIterator<Item = i64>) -> SourceRange {
+        let mut runs: Vec<(i64, i64)> = Vec::new();
+        for offset in offsets {
+            match runs.last_mut() {
+                Some((first, count)) if *first + *count == offset => *count += 1,
+                _ => runs.push((offset, 1)),
+            }
+        }
+        Self::of_runs(runs)
+    }
+
+    /// The records of `ranges`, one after the other (each after the last).
+    pub fn joined<'r>(ranges: impl IntoIterator<Item = &'r SourceRange>) -> SourceRange {
+        let mut runs: Vec<(i64, i64)> = Vec::new();
+        for (first, count) in ranges.into_iter().flat_map(SourceRange::runs) {
+            match runs.last_mut() {
+                Some((f, c)) if *f + *c == first => *c += count,
+                _ => runs.push((first, count)),
+            }
+        }
+        Self::of_runs(runs)
+    }
+
+    fn of_runs(runs: Vec<(i64, i64)>) -> SourceRange {
+        let (first, _) = *runs.first().expect("a range holds records");
+        let (last_first, last_count) = *runs.last().expect("a range holds records");
+        let count: i64 = runs.iter().map(|(_, c)| c).sum();
+        SourceRange {
+            first_offset: first,
+            last_offset: last_first + last_count - 1,
+            record_count: count as i32,
+            gapped: (runs.len() > 1).then(|| runs.into()),
+        }
+    }
+
+    /// The runs of consecutive source offsets its records are at: (first
+    /// offset, count), in order.
+    pub fn runs(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        let whole = self
+            .gapped
+            .is_none()
+            .then_some((self.first_offset, i64::from(self.record_count)));
+        whole
+            .into_iter()
+            .chain(self.gapped.iter().flat_map(|runs| runs.iter().copied()))
+    }
 }
 
 /// A batch to produce to the target: a valid record batch (CRC included)
@@ -467,8 +532,8 @@ impl<'a> TargetBatch<'a> {
     }
 
     /// The source records it holds.
-    pub fn source(&self) -> SourceRange {
-        self.source
+    pub fn source(&self) -> &SourceRange {
+        &self.source
     }
 
     /// Number of records.
@@ -705,11 +770,7 @@ impl PartitionTransformer {
             return Ok(Some(vec![TargetBatch {
                 bytes: Cow::Borrowed(batch.bytes),
                 kind: TargetKind::PassedThrough,
-                source: SourceRange {
-                    first_offset: h.base_offset,
-                    last_offset: h.last_offset(),
-                    record_count: h.record_count,
-                },
+                source: SourceRange::consecutive(h.base_offset, h.record_count),
                 last_offset_delta: h.last_offset_delta,
             }]));
         };
@@ -740,11 +801,7 @@ impl PartitionTransformer {
             .map(|(bytes, range)| TargetBatch {
                 bytes: Cow::Owned(bytes),
                 kind,
-                source: SourceRange {
-                    first_offset: kept[range.start].offset,
-                    last_offset: kept[range.end - 1].offset,
-                    record_count: (range.end - range.start) as i32,
-                },
+                source: SourceRange::of_offsets(kept[range.start..range.end].iter().map(|k| k.offset)),
                 last_offset_delta: (range.end - range.start - 1) as i32,
             })
             .collect();
@@ -993,7 +1050,7 @@ pub fn coalesce(
     batches: &[TargetBatch<'_>],
     options: TransformOptions,
 ) -> Result<Option<TargetBatch<'static>>, TransformError> {
-    let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
+    let Some(first) = batches.first() else {
         return Ok(None);
     };
     let codec = codec_of(first);
@@ -1034,11 +1091,7 @@ pub fn coalesce(
             coalesced: true,
             ..ReEncodeReasons::default()
         }),
-        source: SourceRange {
-            first_offset: first.source.first_offset,
-            last_offset: last.source.last_offset,
-            record_count: count,
-        },
+        source: SourceRange::joined(batches.iter().map(|b| &b.source)),
         last_offset_delta: count - 1,
     }))
 }

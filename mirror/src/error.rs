@@ -75,6 +75,30 @@ pub enum MirrorError {
         /// How many.
         count: i64,
     },
+    /// The offset map on the target cannot be read, or cannot translate
+    /// what was asked.
+    #[error("offset map {topic} on the target: {detail}")]
+    OffsetMap {
+        /// The map topic.
+        topic: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// Offsets were to be committed for a group that has members on the
+    /// target: its consumers there would overwrite them, or be moved
+    /// under their feet.
+    #[error(
+        "group {group} has {members} member(s) on the target (state {state}); stop its consumers \
+         there, then apply again"
+    )]
+    GroupActive {
+        /// The group.
+        group: String,
+        /// Its state.
+        state: String,
+        /// How many members.
+        members: usize,
+    },
 }
 
 impl MirrorError {
@@ -87,13 +111,15 @@ impl MirrorError {
     }
 
     /// Every [`MirrorError::kind`].
-    pub const KINDS: [&'static str; 6] = [
+    pub const KINDS: [&'static str; 8] = [
         "source",
         "target",
         "source_data",
         "producer_state",
         "diverged",
         "lost_records",
+        "offset_map",
+        "group_active",
     ];
 
     /// A short, stable name for the error's kind (a metric label).
@@ -105,6 +131,8 @@ impl MirrorError {
             MirrorError::ProducerState { .. } => "producer_state",
             MirrorError::Diverged { .. } => "diverged",
             MirrorError::LostRecords { .. } => "lost_records",
+            MirrorError::OffsetMap { .. } => "offset_map",
+            MirrorError::GroupActive { .. } => "group_active",
         }
     }
 }

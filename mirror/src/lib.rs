@@ -40,6 +40,7 @@ pub mod error;
 pub mod grouped;
 pub mod metrics;
 pub mod mirror;
+pub mod offset_map;
 pub mod partition;
 pub mod plan;
 pub mod positions;
@@ -48,6 +49,7 @@ pub mod shared;
 pub mod state;
 pub mod status;
 pub mod topics;
+pub mod translate;
 
 pub use error::MirrorError;
 

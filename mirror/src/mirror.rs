@@ -24,6 +24,7 @@ use tracing::Instrument;
 
 use crate::grouped::{FetchSettings, Fetcher, Producer};
 use crate::metrics::MirrorMetrics;
+use crate::offset_map;
 use crate::partition;
 use crate::positions;
 use crate::shared::{OnLost, Shared, StartAt};
@@ -71,6 +72,11 @@ pub struct MirrorSpec {
     pub staggered_polls: bool,
     /// How long shutdown waits for fetched records to be written.
     pub shutdown_grace: Duration,
+    /// The topic on the target holding the offset map
+    /// ([`crate::offset_map`]).
+    pub offset_map_topic: String,
+    /// The offset map topic's retention (set when the mirror creates it).
+    pub offset_map_retention: Duration,
     /// Where histograms and error counters go.
     pub metrics: MirrorMetrics,
 }
@@ -126,10 +132,11 @@ pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Rece
     commits.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     discovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stop = shutdown.clone();
+    let mut map_ready = false;
     loop {
         tokio::select! {
             _ = discovery.tick() => discover(&spec, &shared, &partitions, &mut running, &mut tasks).await,
-            _ = commits.tick() => commit(&spec, &partitions).await,
+            _ = commits.tick() => commit(&spec, &shared, &partitions, &mut map_ready).await,
             Some(_) = tasks.join_next() => {}
             _ = crate::shut_down(&mut stop) => break,
         }
@@ -143,7 +150,7 @@ pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Rece
         tracing::warn!(mirror = %spec.name, grace = ?spec.shutdown_grace, "partitions still writing after the shutdown grace; stopping them (they resume exactly on the next start)");
         tasks.shutdown().await;
     }
-    commit(&spec, &partitions).await;
+    commit(&spec, &shared, &partitions, &mut map_ready).await;
     tracing::info!(mirror = %spec.name, "mirror stopped");
 }
 
@@ -162,7 +169,8 @@ async fn discover(
         }
     };
     for (topic, found) in &metadata.topics {
-        if found.internal || found.error.is_some() || !(spec.topics)(topic) {
+        if found.internal || found.error.is_some() || !(spec.topics)(topic) || *topic == spec.offset_map_topic
+        {
             continue;
         }
         let count = found.partitions.len();
@@ -232,19 +240,41 @@ async fn discover(
     }
 }
 
-async fn commit(spec: &MirrorSpec, partitions: &Partitions) {
-    let states = partitions.all();
-    let due: Vec<(Arc<PartitionState>, positions::ToCommit)> = states
+/// Commits every partition's acknowledged position that moved, after
+/// writing the offset map entries those positions need (a position is
+/// committed only once the map covers it: see [`crate::offset_map`]).
+async fn commit(spec: &MirrorSpec, shared: &Shared, partitions: &Partitions, map_ready: &mut bool) {
+    let refresh = spec.offset_map_retention / 4;
+    let due: Vec<_> = partitions
+        .all()
         .into_iter()
-        .filter_map(|s| s.to_commit().map(|c| (s, c)))
+        .filter_map(|s| s.to_commit(refresh).map(|(c, e)| (s, c, e)))
         .collect();
     if due.is_empty() {
         return;
     }
-    let batch: Vec<positions::ToCommit> = due.iter().map(|(_, c)| c.clone()).collect();
+    let entries: Vec<(String, i32, offset_map::Entry)> = due
+        .iter()
+        .filter_map(|(_, c, e)| e.as_ref().map(|(e, _)| (c.topic.clone(), c.partition, e.clone())))
+        .collect();
+    if !entries.is_empty() {
+        if let Err(e) = write_map(spec, shared, &entries, map_ready).await {
+            tracing::warn!(
+                mirror = %spec.name, topic = %spec.offset_map_topic, error = %e,
+                "cannot write the offset map; positions are committed once it is written (will retry)"
+            );
+            return;
+        }
+        for (state, _, entry) in &due {
+            if let Some((entry, token)) = entry {
+                state.map_written(entry, *token);
+            }
+        }
+    }
+    let batch: Vec<positions::ToCommit> = due.iter().map(|(_, c, _)| c.clone()).collect();
     match positions::commit(&spec.source, &spec.group, &batch).await {
         Ok(()) => {
-            for (state, c) in due {
+            for (state, c, _) in due {
                 state.committed(c.offset);
             }
         }
@@ -252,4 +282,53 @@ async fn commit(spec: &MirrorSpec, partitions: &Partitions) {
             tracing::warn!(mirror = %spec.name, group = %spec.group, error = %e, "commit failed; will retry")
         }
     }
+}
+
+/// Most bytes of entries in one batch of the map topic (within Kafka's
+/// default `max.message.bytes` of 1 MiB).
+const MAP_BATCH_BYTES: usize = 512 << 10;
+
+/// Writes `entries` to the offset map topic (created first if it is not
+/// there), in order, each batch acknowledged before the next is sent.
+async fn write_map(
+    spec: &MirrorSpec,
+    shared: &Shared,
+    entries: &[(String, i32, offset_map::Entry)],
+    map_ready: &mut bool,
+) -> Result<(), strait_upstream::UpstreamError> {
+    let topic: Arc<str> = spec.offset_map_topic.as_str().into();
+    if !*map_ready {
+        let configs = [
+            ("cleanup.policy".to_owned(), "delete".to_owned()),
+            (
+                "retention.ms".to_owned(),
+                spec.offset_map_retention.as_millis().to_string(),
+            ),
+        ];
+        topics::ensure(&spec.target, &topic, 1, &configs).await?;
+        *map_ready = true;
+    }
+    let mut start = 0;
+    while start < entries.len() {
+        let mut end = start;
+        let mut bytes = 0;
+        while end < entries.len() && (end == start || bytes < MAP_BATCH_BYTES) {
+            bytes += entries[end].2.encode().len();
+            end += 1;
+        }
+        let batch = offset_map::batch_of(&entries[start..end], crate::state::now_ms());
+        let answer = shared
+            .producer
+            .produce(&topic, 0, bytes::Bytes::from(batch))
+            .await?
+            .await;
+        answer.unwrap_or_else(|_| {
+            Err(strait_upstream::UpstreamError::Disconnected {
+                broker: spec.target.name().to_owned(),
+                reason: "the produce task stopped".to_owned(),
+            })
+        })?;
+        start = end;
+    }
+    Ok(())
 }

@@ -42,7 +42,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use crate::batch::{
-    self, AbortedTransaction, FetchedBatches, PartitionTransformer, ProducerStamp, TargetKind,
+    self, AbortedTransaction, FetchedBatches, PartitionTransformer, ProducerStamp, SourceRange, TargetKind,
     TransformOptions,
 };
 use crate::error::{self, MirrorError};
@@ -175,8 +175,9 @@ async fn prepare(shared: &Shared, state: &PartitionState, round: u32) -> Result<
     let options = TransformOptions::new(max_batch);
     // The source log's density is asked for meanwhile: no round trip more.
     let (resumed, log) = tokio::join!(resume::resume(shared, state, options), log_density(shared, state));
-    let (source_offset, target_offset) = resumed?;
-    state.set_acked(source_offset, target_offset);
+    let resumed = resumed?;
+    resumed.record(state);
+    let (source_offset, _) = resumed.at;
     // The first round shares the mirror's producer id; later rounds start
     // over with a fresh one, since the target's sequence state for the old
     // one is what may have been lost.
@@ -243,9 +244,8 @@ async fn stream(shared: &Shared, state: &PartitionState, prepared: Prepared) -> 
 enum Piece {
     Batch {
         bytes: Bytes,
-        /// Source offset after its last record.
-        source_next: i64,
-        records: i32,
+        /// The source records it holds.
+        source: SourceRange,
         sequence_count: i32,
         passed_through: bool,
         /// Its first record's timestamp.
@@ -530,7 +530,7 @@ async fn fetch_loop(
         }
         let mut pieces = Vec::new();
         for out in outs {
-            let source = out.source();
+            let source = out.source().clone();
             let sequence_count = out.sequence_count();
             let passed_through = out.kind() == TargetKind::PassedThrough;
             let timestamp = strait_batch::BatchHeader::parse(out.bytes()).map_or(0, |h| h.base_timestamp);
@@ -573,8 +573,7 @@ async fn fetch_loop(
             let share = share.or_else(|| permit.take());
             let _ = tx.send(Piece::Batch {
                 bytes,
-                source_next: source.last_offset + 1,
-                records: source.record_count,
+                source,
                 sequence_count,
                 passed_through,
                 timestamp,
@@ -783,8 +782,7 @@ async fn produce_loop(
             match piece {
                 Piece::Batch {
                     bytes,
-                    source_next,
-                    records,
+                    source,
                     sequence_count,
                     passed_through,
                     timestamp,
@@ -795,9 +793,9 @@ async fn produce_loop(
                         .replication_latency
                         .with_label_values(&[&shared.name])
                         .observe((acknowledged - timestamp).max(0) as f64 / 1000.0);
+                    state.acked_batch(&source, target_at);
                     target_at += i64::from(sequence_count);
-                    state.set_acked(source_next, target_at);
-                    PartitionState::add(&state.counters.records, records as u64);
+                    PartitionState::add(&state.counters.records, source.record_count as u64);
                     PartitionState::add(&state.counters.bytes, bytes.len() as u64);
                     let counter = if passed_through {
                         &state.counters.batches_passed

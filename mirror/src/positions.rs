@@ -87,27 +87,47 @@ pub async fn load(
 
 /// Commits `positions` under `group` (standalone commits).
 pub async fn commit(source: &Cluster, group: &str, positions: &[ToCommit]) -> Result<(), UpstreamError> {
-    if positions.is_empty() {
+    let offsets: Vec<(&str, i32, i64, String)> = positions
+        .iter()
+        .map(|p| {
+            (
+                p.topic.as_str(),
+                p.partition,
+                p.offset,
+                format!("{METADATA_PREFIX}{}", p.target_offset),
+            )
+        })
+        .collect();
+    commit_offsets(source, group, &offsets).await
+}
+
+/// Commits (topic, partition, offset, metadata) under `group` on
+/// `cluster`: standalone commits (generation -1, no member), which Kafka
+/// refuses while the group has members.
+pub async fn commit_offsets(
+    cluster: &Cluster,
+    group: &str,
+    offsets: &[(&str, i32, i64, String)],
+) -> Result<(), UpstreamError> {
+    if offsets.is_empty() {
         return Ok(());
     }
     let mut topics: Vec<OffsetCommitRequestTopic> = Vec::new();
-    for p in positions {
+    for &(topic, partition, offset, ref metadata) in offsets {
         let partition = OffsetCommitRequestPartition::default()
-            .with_partition_index(p.partition)
-            .with_committed_offset(p.offset)
-            .with_committed_metadata(Some(StrBytes::from_string(format!(
-                "{METADATA_PREFIX}{}",
-                p.target_offset
-            ))));
-        match topics.iter_mut().find(|t| *t.name == *p.topic) {
+            .with_partition_index(partition)
+            .with_committed_offset(offset)
+            .with_committed_metadata(Some(StrBytes::from_string(metadata.clone())));
+        match topics.iter_mut().find(|t| *t.name == *topic) {
             Some(t) => t.partitions.push(partition),
             None => topics.push(
                 OffsetCommitRequestTopic::default()
-                    .with_name(TopicName(StrBytes::from_string(p.topic.clone())))
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
                     .with_partitions(vec![partition]),
             ),
         }
     }
+    let source = cluster;
     let coordinator = source.coordinator(group).await?;
     let request = OffsetCommitRequest::default()
         .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))

@@ -36,8 +36,8 @@ use kafka_protocol::ResponseError;
 use strait_upstream::{Cluster, UpstreamError};
 
 use crate::batch::{
-    self, Coalesced, FetchedBatches, Fingerprint, PartitionTransformer, SourceBatch, TargetBatch,
-    TransformOptions,
+    self, Coalesced, FetchedBatches, Fingerprint, PartitionTransformer, SourceBatch, SourceRange,
+    TargetBatch, TransformOptions,
 };
 use crate::error::{self, MirrorError};
 use crate::grouped::Fetched;
@@ -52,13 +52,48 @@ const READ_BYTES: i32 = 8 << 20;
 /// and answers a wait of 0 without any partition, hence not 0.
 const READ_WAIT: Duration = Duration::from_millis(10);
 
-/// The (source offset, target offset) the partition goes on from.
+/// Where a partition goes on from, and how it got there.
+#[derive(Debug, Default)]
+pub struct Resumed {
+    /// Where the partition starts (over), if it does: the offset map
+    /// starts again from there ([`PartitionState::start_at`]).
+    pub start: Option<(i64, i64)>,
+    /// The target batches found already there after it (the source
+    /// records each holds, its target offset), in order.
+    pub found: Vec<(SourceRange, i64)>,
+    /// The (source offset, target offset) to go on from.
+    pub at: (i64, i64),
+}
+
+impl Resumed {
+    fn at(at: (i64, i64)) -> Resumed {
+        Resumed {
+            start: Some(at),
+            found: Vec::new(),
+            at,
+        }
+    }
+
+    /// Records it in `state`: the start, the batches found, the position.
+    pub fn record(&self, state: &PartitionState) {
+        if let Some(start) = self.start {
+            state.start_at(start);
+        }
+        for (source, target) in &self.found {
+            state.acked_batch(source, *target);
+        }
+        state.set_acked(self.at.0, self.at.1);
+    }
+}
+
+/// Where the partition goes on from.
 pub async fn resume(
     shared: &Shared,
     state: &PartitionState,
     options: TransformOptions,
-) -> Result<(i64, i64), MirrorError> {
-    let (source_offset, target_offset) = match state.acked() {
+) -> Result<Resumed, MirrorError> {
+    let acked = state.acked();
+    let (source_offset, target_offset) = match acked {
         Some((s, t)) => (s, Some(t)),
         None => {
             let committed = positions::load(
@@ -76,12 +111,21 @@ pub async fn resume(
         }
     };
     match target_offset {
-        Some(t) => walk(shared, state, options, source_offset, t).await,
-        None => align(shared, state, options, source_offset).await,
+        Some(t) => {
+            let mut walked = walk(shared, state, options, source_offset, t).await?;
+            if acked.is_none() && walked.start.is_none() {
+                // A new process: the map starts over at the commit.
+                walked.start = Some((source_offset, t));
+            }
+            Ok(walked)
+        }
+        None => align(shared, state, options, source_offset)
+            .await
+            .map(Resumed::at),
     }
 }
 
-async fn first_start(shared: &Shared, state: &PartitionState) -> Result<(i64, i64), MirrorError> {
+async fn first_start(shared: &Shared, state: &PartitionState) -> Result<Resumed, MirrorError> {
     let timestamp = match shared.start {
         StartAt::Earliest => -2,
         StartAt::Latest => -1,
@@ -107,7 +151,7 @@ async fn first_start(shared: &Shared, state: &PartitionState) -> Result<(i64, i6
         mirror = %shared.name, topic = %state.source_topic, partition = state.partition,
         source_offset = start, target_offset = end, "partition starts (no committed position)"
     );
-    Ok((start, end))
+    Ok(Resumed::at((start, end)))
 }
 
 /// Known point: compare the target from `t` with the source from `s`.
@@ -117,9 +161,10 @@ async fn walk(
     options: TransformOptions,
     s: i64,
     t: i64,
-) -> Result<(i64, i64), MirrorError> {
+) -> Result<Resumed, MirrorError> {
     let mut source = SourceCursor::new(shared, state, s, options);
     let (mut s_next, mut t_next) = (s, t);
+    let mut found_batches = Vec::new();
     let mut offset = t;
     loop {
         let read = match read(&shared.target, &state.target_topic, state.partition, offset).await {
@@ -132,9 +177,13 @@ async fn walk(
                         committed_target_offset = t, target_end = end,
                         "the target lost records the mirror had written and committed; mirroring goes on from the committed position"
                     );
-                    return Ok((s, end));
+                    return Ok(Resumed::at((s, end)));
                 }
-                return Ok((s_next, t_next));
+                return Ok(Resumed {
+                    start: None,
+                    found: found_batches,
+                    at: (s_next, t_next),
+                });
             }
             Err(e) => return Err(error::target(e)),
         };
@@ -180,6 +229,10 @@ async fn walk(
                     ),
                 ));
             }
+            found_batches.push((
+                SourceRange::joined(run.iter().map(|b| b.source())),
+                header.base_offset,
+            ));
             s_next = source_next;
             t_next = found.last_offset() + 1;
             offset = t_next;
@@ -192,7 +245,11 @@ async fn walk(
                     "records after the committed position were already on the target; not sending them again"
                 );
             }
-            return Ok((s_next, t_next));
+            return Ok(Resumed {
+                start: None,
+                found: found_batches,
+                at: (s_next, t_next),
+            });
         }
     }
 }
@@ -364,7 +421,12 @@ pub async fn target_tail(
 
 /// One read of a target partition (read_uncommitted: the mirror's own
 /// writes are not transactional).
-async fn read(cluster: &Cluster, topic: &str, partition: i32, offset: i64) -> Result<Fetched, UpstreamError> {
+pub(crate) async fn read(
+    cluster: &Cluster,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<Fetched, UpstreamError> {
     let (_, connection) = cluster.leader(topic, partition).await?;
     let request = FetchRequest::default()
         .with_max_wait_ms(READ_WAIT.as_millis() as i32)

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use crate::batch::SourceRange;
+use crate::offset_map::{Entry, Point, Recorder};
 use crate::positions::ToCommit;
 
 /// How a partition is doing.
@@ -67,6 +69,8 @@ struct Progress {
     /// (source offset of the batch's last record, its first record's
     /// timestamp) of each batch fetched and not yet acknowledged, in order.
     unacked: VecDeque<(i64, i64)>,
+    /// The offset map's entry to come.
+    map: Recorder,
     status: Status,
 }
 
@@ -83,6 +87,7 @@ impl PartitionState {
                 committed: None,
                 high_watermark: -1,
                 unacked: VecDeque::new(),
+                map: Recorder::default(),
                 status: Status::Starting,
             }),
         }
@@ -104,9 +109,27 @@ impl PartitionState {
     pub fn set_acked(&self, source: i64, target: i64) {
         let mut p = self.progress();
         p.acked = Some((source, target));
+        p.map.skipped_to(source);
         while p.unacked.front().is_some_and(|(last, _)| *last < source) {
             p.unacked.pop_front();
         }
+    }
+
+    /// The partition starts (over) at `point`: the offset map's next entry
+    /// replaces what it said from there on.
+    pub fn start_at(&self, point: Point) {
+        let mut p = self.progress();
+        p.map.start(point);
+        drop(p);
+        self.set_acked(point.0, point.1);
+    }
+
+    /// The target acknowledged a batch at target offset `target` holding
+    /// the source records of `source` (or holds it already, found on
+    /// resuming).
+    pub fn acked_batch(&self, source: &SourceRange, target: i64) {
+        self.progress().map.batch(source, target);
+        self.set_acked(source.last_offset + 1, target + i64::from(source.record_count));
     }
 
     /// Notes a fetched batch (its last source offset and first timestamp)
@@ -160,19 +183,33 @@ impl PartitionState {
         Some(((now_ms() - timestamp).max(0) as f64) / 1000.0)
     }
 
-    /// The position to commit, if it moved since the last commit.
-    pub fn to_commit(&self) -> Option<ToCommit> {
+    /// The position to commit, if it moved since the last commit, with
+    /// the offset map's entry to write first if one is due (see
+    /// [`Recorder::entry`]; `refresh`: how old an entry may get) and its
+    /// token for [`PartitionState::map_written`]. The position is the
+    /// entry's end.
+    pub fn to_commit(&self, refresh: std::time::Duration) -> Option<(ToCommit, Option<(Entry, u64)>)> {
         let p = self.progress();
         let (offset, target_offset) = p.acked?;
-        if p.committed.is_some_and(|(c, _)| c == offset) {
+        let entry = p.map.entry(refresh);
+        if entry.is_none() && p.committed.is_some_and(|(c, _)| c == offset) {
             return None;
         }
-        Some(ToCommit {
+        let commit = ToCommit {
             topic: self.source_topic.to_string(),
             partition: self.partition,
             offset,
             target_offset,
-        })
+        };
+        debug_assert!(entry
+            .as_ref()
+            .is_none_or(|(e, _)| e.end == (offset, target_offset)));
+        Some((commit, entry))
+    }
+
+    /// The offset map's entry taken with `token` was acknowledged.
+    pub fn map_written(&self, entry: &Entry, token: u64) {
+        self.progress().map.wrote(entry, token);
     }
 
     /// Records a successful commit of source offset `offset`.
@@ -242,6 +279,8 @@ impl Partitions {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -270,10 +309,10 @@ mod tests {
         state.set_high_watermark(-1);
         assert_eq!(state.high_watermark(), 20);
 
-        let commit = state.to_commit().unwrap();
+        let (commit, _) = state.to_commit(Duration::from_secs(60)).unwrap();
         assert_eq!((commit.offset, commit.target_offset), (25, 15));
         state.committed(25);
-        assert!(state.to_commit().is_none());
+        assert!(state.to_commit(Duration::from_secs(60)).is_none());
         assert!(state.commit_age().unwrap() < 1.0);
     }
 }

@@ -11,6 +11,7 @@
   ck_admin.py --bootstrap B delete-group --group G   (DeleteGroups)
   ck_admin.py --bootstrap B commit --topic T --group G --partition P --offset O
                                                      (OffsetCommit of any offset, for a group without members)
+  ck_admin.py --bootstrap B commit --topic T --group G --offsets P=O,P=O   (several partitions at once)
 
 Prints one JSON line:
   create:   {"op": "create", "topic": T, "ok": bool, "error": null | "TOPIC_ALREADY_EXISTS: ..."}
@@ -60,6 +61,7 @@ def main(t0):
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--partition", type=int, default=0, help="partition for commit")
     ap.add_argument("--offset", type=int, help="offset for commit")
+    ap.add_argument("--offsets", help="partition=offset,... for commit")
     ap.add_argument("--replication-factor", type=int, default=1)
     ap.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                     help="topic config for create (repeatable)")
@@ -72,7 +74,7 @@ def main(t0):
         ap.error("%s needs --topic" % a.op)
     if a.op in ("committed", "group", "delete-group", "commit") and not a.group:
         ap.error("%s needs --group" % a.op)
-    if a.op == "commit" and a.offset is None:
+    if a.op == "commit" and a.offset is None and not a.offsets:
         ap.error("commit needs --offset")
 
     # Metadata must not create the topic it describes (Tansu auto-creates).
@@ -185,7 +187,12 @@ def main(t0):
         from confluent_kafka import ConsumerGroupTopicPartitions
         result["group"] = a.group
         try:
-            want = ConsumerGroupTopicPartitions(a.group, [TopicPartition(a.topic, a.partition, a.offset)])
+            if a.offsets:
+                pairs = [item.split("=") for item in a.offsets.split(",")]
+                parts = [TopicPartition(a.topic, int(p), int(o)) for p, o in pairs]
+            else:
+                parts = [TopicPartition(a.topic, a.partition, a.offset)]
+            want = ConsumerGroupTopicPartitions(a.group, parts)
             answer = admin.alter_consumer_group_offsets([want], request_timeout=a.timeout)[a.group].result()
             for tp in answer.topic_partitions:
                 if tp.error is not None:

@@ -1267,6 +1267,11 @@ impl MirrorProc {
         self.admin_port
     }
 
+    /// The configuration file it runs (for other `strait mirror` commands).
+    pub fn config_path(&self) -> &Path {
+        &self.config
+    }
+
     /// GET `path` on the admin listener; the body.
     pub fn get(&self, path: &str) -> String {
         http_get(self.admin_port, path)

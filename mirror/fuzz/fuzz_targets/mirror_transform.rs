@@ -15,11 +15,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use strait_batch::{self as batch, BatchHeader};
 use strait_mirror::batch::{
     coalesce_runs, fingerprint, AbortedTransaction, FetchedBatches, PartitionTransformer, ProducerStamp,
     TargetBatch, TargetKind, TransformOptions,
 };
-use strait_batch::{self as batch, BatchHeader};
 
 fuzz_target!(|data: &[u8]| {
     let [l0, l1, pos, flags, records @ ..] = data else {
@@ -58,6 +58,15 @@ fn merge(batches: Vec<TargetBatch<'_>>, limit: usize) {
         max_uncompressed_bytes: 1 << 20,
     };
     let records: i64 = batches.iter().map(|b| i64::from(b.record_count())).sum();
+    let offsets: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| {
+            b.source()
+                .runs()
+                .flat_map(|(first, count)| first..first + count)
+                .collect::<Vec<_>>()
+        })
+        .collect();
     let first = batches.first().map(|b| b.source().first_offset);
     let last = batches.last().map(|b| b.source().last_offset);
     // A passed-through compressed batch was never decoded: merging it may
@@ -65,9 +74,23 @@ fn merge(batches: Vec<TargetBatch<'_>>, limit: usize) {
     let Ok(merged) = coalesce_runs(batches, limit, limit, options) else {
         return;
     };
-    assert_eq!(merged.iter().map(|b| i64::from(b.record_count())).sum::<i64>(), records);
+    assert_eq!(
+        merged.iter().map(|b| i64::from(b.record_count())).sum::<i64>(),
+        records
+    );
     assert_eq!(merged.first().map(|b| b.source().first_offset), first);
     assert_eq!(merged.last().map(|b| b.source().last_offset), last);
+    // Every record's source offset is still known exactly.
+    let merged_offsets: Vec<i64> = merged
+        .iter()
+        .flat_map(|b| {
+            b.source()
+                .runs()
+                .flat_map(|(first, count)| first..first + count)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(merged_offsets, offsets);
     for b in &merged {
         assert!(b.bytes().len() <= limit);
         let h = batch::validate(b.bytes()).expect("a merged batch validates");
@@ -121,6 +144,10 @@ fn run<'a>(
             assert_eq!(fingerprint(&stamped).ok(), Some(target.fingerprint()));
             let range = target.source();
             assert_eq!(range.record_count, h.record_count);
+            assert_eq!(
+                range.runs().map(|(_, count)| count).sum::<i64>(),
+                i64::from(h.record_count)
+            );
             assert!(range.first_offset > previous_last && range.first_offset >= position);
             assert!(range.last_offset >= range.first_offset);
             assert!(range.last_offset <= source.last_offset());
