@@ -1371,6 +1371,10 @@ fn a_topic_compacted_by_kafka_arrives_as_its_consumers_see_it() {
     eprintln!("{topic}: {left} of {produced} records left after compaction");
     let _mirror = MirrorProc::start(&config(&source.bootstrap(), &target.bootstrap(), &topic, ""));
     assert_mirrored(&source.bootstrap(), &target.bootstrap(), &topic, &topic, left);
+    // Groups of the source move to exactly the next record they had not
+    // read, across the gaps compaction left.
+    let exact = Exact::check(&source.bootstrap(), &target.bootstrap(), &topic, left);
+    assert_eq!(exact.gaps, produced - left);
 }
 
 /// Transactions on a Kafka source (confluent-kafka's transactional
@@ -1505,6 +1509,99 @@ fn ends(bootstrap: &str, topic: &str) -> BTreeMap<i32, i64> {
         .collect()
 }
 
+/// Both sides of a mirrored topic, and what its offset map says.
+struct Exact {
+    /// Source records per partition: (offset, value).
+    ours: BTreeMap<i32, Vec<(i64, String)>>,
+    /// Target records per partition.
+    theirs: BTreeMap<i32, Vec<(i64, String)>>,
+    source_ends: BTreeMap<i32, i64>,
+    target_ends: BTreeMap<i32, i64>,
+    /// Source offsets the target does not get.
+    gaps: usize,
+}
+
+impl Exact {
+    /// Once mirror `m` has committed the source's end of `topic` (which
+    /// holds `expect` records), checks that every source offset from 0 to
+    /// the end translates, through the offset map on the target, to the
+    /// target offset of the first record at or after it, as the records
+    /// on both sides say.
+    fn check(source: &str, target: &str, topic: &str, expect: usize) -> Exact {
+        let source_ends = ends(source, topic);
+        let partitions = source_ends.len() as i32;
+        wait_until(
+            "the mirror's positions at the source's end",
+            Duration::from_secs(30),
+            || committed(source, "m", topic, partitions) == source_ends.values().copied().collect::<Vec<_>>(),
+        );
+        let ours = offsets_and_values(source, topic, expect);
+        let theirs = offsets_and_values(target, topic, expect);
+        let gaps = ours
+            .iter()
+            .map(|(p, records)| source_ends[p] as usize - records.len())
+            .sum();
+        let exact = Exact {
+            target_ends: ends(target, topic),
+            ours,
+            theirs,
+            source_ends,
+            gaps,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let translator = runtime
+            .block_on(strait_mirror::translate::Translator::load(
+                cluster(source),
+                cluster(target),
+                "m",
+                "__strait_mirror_offsets.m",
+            ))
+            .expect("the offset map reads");
+        for (&p, &end) in &exact.source_ends {
+            for offset in 0..=end {
+                assert_eq!(
+                    translator.translate(topic, p, offset),
+                    strait_mirror::offset_map::Translation::Exact(exact.truth(p, offset)),
+                    "partition {p}, source offset {offset}"
+                );
+            }
+            assert_eq!(
+                translator.translate(topic, p, end + 1),
+                strait_mirror::offset_map::Translation::Ahead(end)
+            );
+        }
+        let segments: usize = translator
+            .map()
+            .partitions
+            .values()
+            .map(|m| m.segments().len())
+            .sum();
+        eprintln!(
+            "offset map: {} entries, {} bytes, {segments} segments for {expect} records and {} gaps",
+            translator.map().entries,
+            translator.map().bytes,
+            exact.gaps
+        );
+        exact
+    }
+
+    /// The target offset of the first record at or after source `offset`
+    /// of partition `p` (the target's end if none).
+    fn truth(&self, p: i32, offset: i64) -> i64 {
+        let (s, t) = (&self.ours[&p], &self.theirs[&p]);
+        assert_eq!(
+            s.iter().map(|r| &r.1).collect::<Vec<_>>(),
+            t.iter().map(|r| &r.1).collect::<Vec<_>>()
+        );
+        s.iter()
+            .position(|(o, _)| *o >= offset)
+            .map_or(self.target_ends[&p], |i| t[i].0)
+    }
+}
+
 /// Groups move to the target at exactly the next record they had not
 /// read. A Kafka source with transactions (markers and aborted records
 /// leave source offsets the target never gets) between plain records, the
@@ -1551,80 +1648,19 @@ fn groups_translate_to_the_next_unread_record_on_the_target_kafka_to_kafka() {
     expect += 30 + transactions("4", "fo-b");
     mirror.restart();
     assert_mirrored(&source.bootstrap(), &target.bootstrap(), &topic, &topic, expect);
-    let source_ends = ends(&source.bootstrap(), &topic);
-    wait_until(
-        "the mirror's positions at the source's end",
-        Duration::from_secs(30),
-        || {
-            committed(&source.bootstrap(), "m", &topic, 2)
-                == source_ends.values().copied().collect::<Vec<_>>()
-        },
-    );
-    let ours = offsets_and_values(&source.bootstrap(), &topic, expect);
-    let theirs = offsets_and_values(&target.bootstrap(), &topic, expect);
-    let target_ends = ends(&target.bootstrap(), &topic);
-    // The next record at or after `offset`, on the target.
-    let truth = |p: i32, offset: i64| -> i64 {
-        let (s, t) = (&ours[&p], &theirs[&p]);
-        assert_eq!(
-            s.iter().map(|r| &r.1).collect::<Vec<_>>(),
-            t.iter().map(|r| &r.1).collect::<Vec<_>>()
-        );
-        s.iter()
-            .position(|(o, _)| *o >= offset)
-            .map_or(target_ends[&p], |i| t[i].0)
-    };
-    let gaps: usize = ours
-        .iter()
-        .map(|(p, records)| source_ends[p] as usize - records.len())
-        .sum();
+    let exact = Exact::check(&source.bootstrap(), &target.bootstrap(), &topic, expect);
     assert!(
-        gaps >= 8,
-        "the transactions leave offsets the target does not get: {gaps}"
+        exact.gaps >= 8,
+        "the transactions leave offsets the target does not get: {}",
+        exact.gaps
     );
-
-    // Every offset, through the library.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let translator = runtime
-        .block_on(strait_mirror::translate::Translator::load(
-            cluster(&source.bootstrap()),
-            cluster(&target.bootstrap()),
-            "m",
-            "__strait_mirror_offsets.m",
-        ))
-        .expect("the offset map reads");
-    for (&p, &end) in &source_ends {
-        for offset in 0..=end {
-            assert_eq!(
-                translator.translate(&topic, p, offset),
-                strait_mirror::offset_map::Translation::Exact(truth(p, offset)),
-                "partition {p}, source offset {offset}"
-            );
-        }
-        assert_eq!(
-            translator.translate(&topic, p, end + 1),
-            strait_mirror::offset_map::Translation::Ahead(end)
-        );
-    }
-    let segments: usize = translator
-        .map()
-        .partitions
-        .values()
-        .map(|m| m.segments().len())
-        .sum();
-    eprintln!(
-        "offset map: {} entries, {} bytes, {segments} segments for {expect} records and {gaps} gaps",
-        translator.map().entries,
-        translator.map().bytes
-    );
+    let (ours, source_ends) = (&exact.ours, &exact.source_ends);
+    let truth = |p: i32, offset: i64| exact.truth(p, offset);
 
     // Groups committed on the source at the start, on a marker, right after
     // one, within a run and at the end, through the command.
     let mut places: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
-    for (&p, records) in &ours {
+    for (&p, records) in ours {
         let held: std::collections::BTreeSet<i64> = records.iter().map(|r| r.0).collect();
         // (A partition the transactions missed has none.)
         let gap = (0..source_ends[&p])
