@@ -11,6 +11,7 @@ use strait_mirror::mirror::MirrorSpec;
 use strait_mirror::shared::{OnLost, StartAt};
 use strait_mirror::state::Partitions;
 use strait_mirror::status::{StatusCollector, Tracker};
+use strait_mirror::sync::GroupSync;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -61,6 +62,13 @@ pub fn start(
             shutdown_grace: Duration::from(config.server.shutdown_grace),
             offset_map_topic: m.offset_map_topic(name),
             offset_map_retention: m.offset_map_retention.into(),
+            sync_groups: m.sync_group_offsets.as_ref().map(|sync| {
+                let filter = sync.filter();
+                GroupSync {
+                    groups: Arc::new(move |group| filter.matches(group)),
+                    interval: sync.interval.into(),
+                }
+            }),
             metrics: metrics.clone(),
         };
         metrics.start_mirror(name);

@@ -1819,3 +1819,102 @@ fn groups_translate_to_the_next_unread_record_on_the_target_kafka_to_kafka() {
         "the group read on the target exactly what it had not read on the source"
     );
 }
+
+/// `sync_group_offsets`: groups of the source follow on the target at the
+/// next record they had not read (on a transaction marker, after it, at the
+/// end), back when their source offset is reset, but never back over a
+/// consumer's own commit on the target.
+#[test]
+fn source_groups_follow_on_the_target_never_back_over_a_consumers_commit_kafka_to_kafka() {
+    let source = Kafka::shared();
+    let target = Kafka::second();
+    let topic = unique("gsync");
+    source.create_topic(&topic, 1, &[]);
+    produce(&source.bootstrap(), &topic, 0, 20, "none");
+    let out = run_client(
+        "ck_txn.py",
+        &[
+            "--bootstrap",
+            &source.bootstrap(),
+            "--topic",
+            &topic,
+            "--transactions",
+            "4",
+            "--per",
+            "5",
+            "--txn-id",
+            &unique("gs"),
+        ],
+    );
+    produce(&source.bootstrap(), &topic, 20, 10, "none");
+    let expect = 30 + out["committed"].as_u64().unwrap() as usize;
+    let _mirror = MirrorProc::start(&config(
+        &source.bootstrap(),
+        &target.bootstrap(),
+        &topic,
+        &format!("    sync_group_offsets: {{ groups: \"{topic}-.*\", interval: 200ms }}\n"),
+    ));
+    assert_mirrored(&source.bootstrap(), &target.bootstrap(), &topic, &topic, expect);
+    let exact = Exact::check(&source.bootstrap(), &target.bootstrap(), &topic, expect);
+    let held: Vec<i64> = exact.ours[&0].iter().map(|r| r.0).collect();
+    let marker = (0..exact.source_ends[&0]).find(|o| !held.contains(o)).unwrap();
+    let commit = |bootstrap: &str, group: &str, offset: i64| {
+        run_client(
+            "ck_admin.py",
+            &[
+                "--bootstrap",
+                bootstrap,
+                "commit",
+                "--topic",
+                &topic,
+                "--group",
+                group,
+                "--partition",
+                "0",
+                "--offset",
+                &offset.to_string(),
+            ],
+        );
+    };
+    let on_target = |group: &str| {
+        run_client(
+            "ck_admin.py",
+            &[
+                "--bootstrap",
+                &target.bootstrap(),
+                "committed",
+                "--topic",
+                &topic,
+                "--group",
+                group,
+            ],
+        )["committed"]["0"]
+            .as_i64()
+    };
+    let follows = |group: &str, offset: i64| {
+        let want = exact.truth(0, offset);
+        wait_until(
+            &format!("{group} at source {offset} to be at {want} on the target"),
+            Duration::from_secs(30),
+            || on_target(group) == Some(want),
+        );
+    };
+    let a = format!("{topic}-a");
+    for offset in [5, marker, marker + 1, exact.source_ends[&0], 0] {
+        commit(&source.bootstrap(), &a, offset);
+        follows(&a, offset);
+    }
+    // A consumer of group b committed on the target itself: the sync never
+    // moves it back, only forward.
+    let b = format!("{topic}-b");
+    commit(&target.bootstrap(), &b, 25);
+    commit(&source.bootstrap(), &b, 3);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        on_target(&b),
+        Some(25),
+        "a consumer's own commit on the target stays"
+    );
+    commit(&source.bootstrap(), &b, exact.source_ends[&0]);
+    follows(&b, exact.source_ends[&0]);
+}

@@ -70,6 +70,67 @@ pub enum OnLostRecords {
     Stop,
 }
 
+/// A mirror's `sync_group_offsets`: consumer groups of the source whose
+/// committed offsets the mirror translates and commits on the target, so
+/// that they can move there at any time and read on from exactly the next
+/// record they had not read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SyncGroupOffsets {
+    /// Regular expression of the groups to follow, matched against the
+    /// whole name. Required.
+    pub groups: String,
+    /// Groups not to follow, though `groups` matches them. Default: none.
+    /// The mirror's own group is never followed.
+    pub exclude: String,
+    /// How often the groups' offsets are read and translated. Default
+    /// `1s`; from `100ms` to `1h`.
+    pub interval: HumanDuration,
+}
+
+impl Default for SyncGroupOffsets {
+    fn default() -> Self {
+        SyncGroupOffsets {
+            groups: String::new(),
+            exclude: String::new(),
+            interval: HumanDuration::secs(1),
+        }
+    }
+}
+
+impl SyncGroupOffsets {
+    /// The compiled `groups` and `exclude`.
+    ///
+    /// # Panics
+    ///
+    /// If either does not compile, which
+    /// [`Config::validate`](crate::Config::validate) rules out.
+    pub fn filter(&self) -> TopicFilter {
+        TopicFilter::new("groups", &self.groups, &self.exclude).unwrap_or_else(|(key, error)| {
+            panic!("sync_group_offsets {key} regex was not validated: {error}")
+        })
+    }
+
+    fn validate(&self, prefix: &str) -> Result<(), Invalid> {
+        if self.groups.is_empty() {
+            return Err(Invalid::new(
+                format!("{prefix}.groups"),
+                "required: a regular expression of the source's groups to follow, such as `.*`",
+            ));
+        }
+        TopicFilter::new("groups", &self.groups, &self.exclude).map_err(|(key, e)| {
+            Invalid::new(format!("{prefix}.{key}"), format!("is not a valid regex: {e}"))
+        })?;
+        if self.interval < HumanDuration::millis(100) || self.interval > HumanDuration::hours(1) {
+            return Err(Invalid::new(
+                format!("{prefix}.interval"),
+                format!("must be from 100ms to 1h, not {}", self.interval),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// One entry of `mirrors:`, keyed by the mirror's name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -145,6 +206,9 @@ pub struct MirrorConfig {
     /// the first target offset the map still knows. Default `7d`; at least
     /// `1h`.
     pub offset_map_retention: HumanDuration,
+    /// Follow the source's consumer groups on the target (see
+    /// [`SyncGroupOffsets`]). Default: off.
+    pub sync_group_offsets: Option<SyncGroupOffsets>,
 }
 
 impl Default for MirrorConfig {
@@ -167,6 +231,7 @@ impl Default for MirrorConfig {
             staggered_polls: true,
             offset_map_topic: None,
             offset_map_retention: DEFAULT_OFFSET_MAP_RETENTION,
+            sync_group_offsets: None,
         }
     }
 }
@@ -296,6 +361,9 @@ impl MirrorConfig {
                 format!("`{map_topic}` is not a topic name: {why}"),
             )
         })?;
+        if let Some(sync) = &self.sync_group_offsets {
+            sync.validate(&path("sync_group_offsets"))?;
+        }
         if self.offset_map_retention < HumanDuration::hours(1) {
             return Err(Invalid::new(
                 path("offset_map_retention"),

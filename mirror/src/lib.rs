@@ -48,6 +48,7 @@ pub mod resume;
 pub mod shared;
 pub mod state;
 pub mod status;
+pub mod sync;
 pub mod topics;
 pub mod translate;
 

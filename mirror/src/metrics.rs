@@ -20,9 +20,11 @@
 //! | `strait_mirror_batches_total` | counter | mirror, topic, partition, how | batches written: `passed_through` (the source's bytes) or `reencoded` |
 //! | `strait_mirror_lost_records_total` | counter | mirror, topic, partition | source records deleted by retention before they were mirrored |
 //! | `strait_mirror_partition_status` | gauge | mirror, topic, partition, status | 1 for the partition's status: `starting`, `running`, `retrying`, `stopped` |
-//! | `strait_mirror_errors_total` | counter | mirror, kind | errors by kind: `source`, `target`, `source_data`, `producer_state`, `diverged`, `lost_records` |
+//! | `strait_mirror_errors_total` | counter | mirror, kind | errors by kind: `source`, `target`, `source_data`, `producer_state`, `diverged`, `lost_records`, `offset_map`, `group_active` |
 //! | `strait_mirror_produce_latency_seconds` | histogram | mirror | from sending a produce to the target until its acknowledgement |
 //! | `strait_mirror_replication_latency_seconds` | histogram | mirror | target acknowledgement time minus the timestamp of each batch's first record |
+//! | `strait_mirror_group_offset_commits_total` | counter | mirror | partitions of groups whose translated offset `sync_group_offsets` committed on the target |
+//! | `strait_mirror_group_sync_seconds` | histogram | mirror | one round of `sync_group_offsets`: every followed group read, translated and committed |
 
 use std::sync::{Arc, Mutex};
 
@@ -49,6 +51,10 @@ pub struct MirrorMetrics {
     pub replication_latency: HistogramVec,
     /// `strait_mirror_errors_total{mirror, kind}`.
     pub errors: IntCounterVec,
+    /// `strait_mirror_group_offset_commits_total{mirror}`.
+    pub group_commits: IntCounterVec,
+    /// `strait_mirror_group_sync_seconds{mirror}`.
+    pub group_sync: HistogramVec,
 }
 
 impl MirrorMetrics {
@@ -77,13 +83,32 @@ impl MirrorMetrics {
             ),
             &["mirror", "kind"],
         )?;
+        let group_commits = IntCounterVec::new(
+            Opts::new(
+                "strait_mirror_group_offset_commits_total",
+                "Partitions of consumer groups whose translated offset was committed on the target.",
+            ),
+            &["mirror"],
+        )?;
+        let group_sync = HistogramVec::new(
+            HistogramOpts::new(
+                "strait_mirror_group_sync_seconds",
+                "One round of group offset sync: every followed group read, translated and committed.",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["mirror"],
+        )?;
         registry.register(Box::new(produce_latency.clone()))?;
         registry.register(Box::new(replication_latency.clone()))?;
         registry.register(Box::new(errors.clone()))?;
+        registry.register(Box::new(group_commits.clone()))?;
+        registry.register(Box::new(group_sync.clone()))?;
         Ok(MirrorMetrics {
             produce_latency,
             replication_latency,
             errors,
+            group_commits,
+            group_sync,
         })
     }
 
@@ -93,6 +118,7 @@ impl MirrorMetrics {
         for kind in crate::MirrorError::KINDS {
             self.errors.with_label_values(&[name, kind]);
         }
+        self.group_commits.with_label_values(&[name]);
     }
 
     /// Metrics that are not registered anywhere (tests).

@@ -29,6 +29,7 @@ use crate::partition;
 use crate::positions;
 use crate::shared::{OnLost, Shared, StartAt};
 use crate::state::{PartitionState, Partitions};
+use crate::sync::{GroupSync, Syncer, Written};
 use crate::topics;
 
 /// Which source topics a mirror takes, and their target names.
@@ -77,6 +78,8 @@ pub struct MirrorSpec {
     pub offset_map_topic: String,
     /// The offset map topic's retention (set when the mirror creates it).
     pub offset_map_retention: Duration,
+    /// Source groups followed on the target, if any.
+    pub sync_groups: Option<GroupSync>,
     /// Where histograms and error counters go.
     pub metrics: MirrorMetrics,
 }
@@ -132,11 +135,31 @@ pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Rece
     commits.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     discovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stop = shutdown.clone();
-    let mut map_ready = false;
+    let mut map = MapWriter {
+        ready: false,
+        sync: None,
+    };
+    if let Some(sync) = spec.sync_groups.clone() {
+        let (written, entries) = tokio::sync::mpsc::unbounded_channel();
+        map.sync = Some(written);
+        let syncer = Syncer {
+            name: shared.name.clone(),
+            mirror_group: spec.group.clone(),
+            source: spec.source.clone(),
+            target: spec.target.clone(),
+            topics: spec.topics.clone(),
+            rename: spec.rename.clone(),
+            map_topic: spec.offset_map_topic.clone(),
+            sync,
+            partitions: partitions.clone(),
+            metrics: spec.metrics.clone(),
+        };
+        tokio::spawn(syncer.run(entries, shutdown.clone()));
+    }
     loop {
         tokio::select! {
             _ = discovery.tick() => discover(&spec, &shared, &partitions, &mut running, &mut tasks).await,
-            _ = commits.tick() => commit(&spec, &shared, &partitions, &mut map_ready).await,
+            _ = commits.tick() => commit(&spec, &shared, &partitions, &mut map).await,
             Some(_) = tasks.join_next() => {}
             _ = crate::shut_down(&mut stop) => break,
         }
@@ -150,7 +173,7 @@ pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Rece
         tracing::warn!(mirror = %spec.name, grace = ?spec.shutdown_grace, "partitions still writing after the shutdown grace; stopping them (they resume exactly on the next start)");
         tasks.shutdown().await;
     }
-    commit(&spec, &shared, &partitions, &mut map_ready).await;
+    commit(&spec, &shared, &partitions, &mut map).await;
     tracing::info!(mirror = %spec.name, "mirror stopped");
 }
 
@@ -243,7 +266,7 @@ async fn discover(
 /// Commits every partition's acknowledged position that moved, after
 /// writing the offset map entries those positions need (a position is
 /// committed only once the map covers it: see [`crate::offset_map`]).
-async fn commit(spec: &MirrorSpec, shared: &Shared, partitions: &Partitions, map_ready: &mut bool) {
+async fn commit(spec: &MirrorSpec, shared: &Shared, partitions: &Partitions, map: &mut MapWriter) {
     let refresh = spec.offset_map_retention / 4;
     let due: Vec<_> = partitions
         .all()
@@ -258,7 +281,7 @@ async fn commit(spec: &MirrorSpec, shared: &Shared, partitions: &Partitions, map
         .filter_map(|(_, c, e)| e.as_ref().map(|(e, _)| (c.topic.clone(), c.partition, e.clone())))
         .collect();
     if !entries.is_empty() {
-        if let Err(e) = write_map(spec, shared, &entries, map_ready).await {
+        if let Err(e) = write_map(spec, shared, &entries, &mut map.ready).await {
             tracing::warn!(
                 mirror = %spec.name, topic = %spec.offset_map_topic, error = %e,
                 "cannot write the offset map; positions are committed once it is written (will retry)"
@@ -269,6 +292,9 @@ async fn commit(spec: &MirrorSpec, shared: &Shared, partitions: &Partitions, map
             if let Some((entry, token)) = entry {
                 state.map_written(entry, *token);
             }
+        }
+        if let Some(sync) = &map.sync {
+            let _ = sync.send(entries);
         }
     }
     let batch: Vec<positions::ToCommit> = due.iter().map(|(_, c, _)| c.clone()).collect();
@@ -282,6 +308,14 @@ async fn commit(spec: &MirrorSpec, shared: &Shared, partitions: &Partitions, map
             tracing::warn!(mirror = %spec.name, group = %spec.group, error = %e, "commit failed; will retry")
         }
     }
+}
+
+/// The offset map topic as the commit loop writes it.
+struct MapWriter {
+    /// The topic is known to exist.
+    ready: bool,
+    /// Where entries written go for the group offset sync.
+    sync: Option<Written>,
 }
 
 /// Most bytes of entries in one batch of the map topic (within Kafka's

@@ -51,35 +51,76 @@ pub async fn load(
     topic: &str,
     partitions: &[i32],
 ) -> Result<Vec<(i32, Committed)>, UpstreamError> {
-    let coordinator = source.coordinator(group).await?;
+    let topics = vec![OffsetFetchRequestTopic::default()
+        .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+        .with_partition_indexes(partitions.to_vec())];
+    Ok(fetch(source, group, Some(topics))
+        .await?
+        .into_iter()
+        .filter(|o| o.topic == topic)
+        .map(|o| {
+            (
+                o.partition,
+                Committed {
+                    offset: o.offset,
+                    target_offset: target_offset(o.metadata.as_deref()),
+                },
+            )
+        })
+        .collect())
+}
+
+/// The target offset a mirror's commit metadata names.
+pub fn target_offset(metadata: Option<&str>) -> Option<i64> {
+    metadata?.strip_prefix(METADATA_PREFIX)?.parse().ok()
+}
+
+/// One committed offset of a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupOffset {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The committed offset (the next record the group would read).
+    pub offset: i64,
+    /// The commit's metadata string.
+    pub metadata: Option<String>,
+}
+
+/// Every committed offset of `group` on `cluster` (every topic).
+pub async fn load_all(cluster: &Cluster, group: &str) -> Result<Vec<GroupOffset>, UpstreamError> {
+    fetch(cluster, group, None).await
+}
+
+/// OffsetFetch of `group` at its coordinator: `topics`, or every topic.
+async fn fetch(
+    cluster: &Cluster,
+    group: &str,
+    topics: Option<Vec<OffsetFetchRequestTopic>>,
+) -> Result<Vec<GroupOffset>, UpstreamError> {
+    let coordinator = cluster.coordinator(group).await?;
     // v8 moves the group into an array; one group needs none of that.
     let version = coordinator.version(ApiKey::OffsetFetch)?.min(7);
     let request = OffsetFetchRequest::default()
         .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
-        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
-            .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-            .with_partition_indexes(partitions.to_vec())]))
+        .with_topics(topics)
         .with_require_stable(version >= 7);
-    let response = coordinator_call(source, group, coordinator.request_at(&request, version).await)?;
-    check(source, group, "OffsetFetch", response.error_code)?;
+    let response = coordinator_call(cluster, group, coordinator.request_at(&request, version).await)?;
+    check(cluster, group, "OffsetFetch", response.error_code)?;
     let mut found = Vec::new();
-    for t in response.topics.iter().filter(|t| t.name.as_str() == topic) {
+    for t in &response.topics {
         for p in &t.partitions {
-            check(source, group, "OffsetFetch", p.error_code)?;
+            check(cluster, group, "OffsetFetch", p.error_code)?;
             if p.committed_offset < 0 {
                 continue;
             }
-            let target_offset = p
-                .metadata
-                .as_ref()
-                .and_then(|m| m.strip_prefix(METADATA_PREFIX)?.parse::<i64>().ok());
-            found.push((
-                p.partition_index,
-                Committed {
-                    offset: p.committed_offset,
-                    target_offset,
-                },
-            ));
+            found.push(GroupOffset {
+                topic: t.name.to_string(),
+                partition: p.partition_index,
+                offset: p.committed_offset,
+                metadata: p.metadata.as_ref().map(|m| m.to_string()),
+            });
         }
     }
     Ok(found)

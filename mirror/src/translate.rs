@@ -10,8 +10,6 @@
 //! its members on the target are checked before anything is committed
 //! there.
 
-use std::collections::BTreeMap;
-
 use strait_upstream::Cluster;
 
 use crate::batch::FetchedBatches;
@@ -52,34 +50,36 @@ impl Translator {
         mirror_group: &str,
         map_topic: &str,
     ) -> Result<Translator, MirrorError> {
-        let map = read_map(&target, map_topic).await?;
+        let map = read_map(&target, map_topic)
+            .await?
+            .ok_or_else(|| MirrorError::OffsetMap {
+                topic: map_topic.to_owned(),
+                detail: "no such topic: the mirror has not committed a position yet, or its \
+                     offset_map_topic differs"
+                    .to_owned(),
+            })?;
         let mut translator = Translator {
             source,
             target,
             map_topic: map_topic.to_owned(),
             map,
         };
-        let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-        for (topic, partition) in translator.map.partitions.keys() {
-            by_topic.entry(topic.clone()).or_default().push(*partition);
-        }
-        for (topic, partitions) in by_topic {
-            let committed = positions::load(&translator.source, mirror_group, &topic, &partitions)
-                .await
-                .map_err(error::source)?;
-            for (partition, c) in committed {
-                let Some(target_offset) = c.target_offset else {
-                    continue;
-                };
-                if let Some(map) = translator.map.partitions.get_mut(&(topic.clone(), partition)) {
-                    if !map.extend_to((c.offset, target_offset)) {
-                        tracing::warn!(
-                            topic, partition, committed = c.offset, target_offset, map_end = ?map.end(),
-                            "the mirror's committed position is past its offset map by different amounts; \
-                             translating up to the map's end"
-                        );
-                    }
-                }
+        let committed = positions::load_all(&translator.source, mirror_group)
+            .await
+            .map_err(error::source)?;
+        for c in committed {
+            let Some(target_offset) = positions::target_offset(c.metadata.as_deref()) else {
+                continue;
+            };
+            let Some(map) = translator.map.partitions.get_mut(&(c.topic.clone(), c.partition)) else {
+                continue;
+            };
+            if !map.extend_to((c.offset, target_offset)) {
+                tracing::warn!(
+                    topic = c.topic, partition = c.partition, committed = c.offset, target_offset, map_end = ?map.end(),
+                    "the mirror's committed position is past its offset map by different amounts; \
+                     translating up to the map's end"
+                );
             }
         }
         Ok(translator)
@@ -120,19 +120,18 @@ impl Translator {
         group: &str,
         mirrored: impl Fn(&str) -> bool,
     ) -> Result<Vec<Row>, MirrorError> {
-        let (node, _) = self.source.coordinator_of(group).await.map_err(error::source)?;
-        let mut offsets = strait_lag::kafka::offsets(&self.source, node, group)
+        let mut offsets = positions::load_all(&self.source, group)
             .await
             .map_err(error::source)?;
-        offsets.retain(|(topic, ..)| mirrored(topic));
-        offsets.sort();
+        offsets.retain(|o| mirrored(&o.topic));
+        offsets.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         Ok(offsets
             .into_iter()
-            .map(|(topic, partition, source_offset)| Row {
-                translation: self.translate(&topic, partition, source_offset),
-                topic,
-                partition,
-                source_offset,
+            .map(|o| Row {
+                translation: self.translate(&o.topic, o.partition, o.offset),
+                topic: o.topic,
+                partition: o.partition,
+                source_offset: o.offset,
             })
             .collect())
     }
@@ -146,19 +145,7 @@ impl Translator {
         rows: &[Row],
         rename: impl Fn(&str) -> String,
     ) -> Result<usize, MirrorError> {
-        let (node, _) = self.target.coordinator_of(group).await.map_err(error::target)?;
-        let described = strait_lag::kafka::describe(&self.target, node, &[group.to_owned()])
-            .await
-            .map_err(error::target)?;
-        if let Some((_, (state, members))) = described.into_iter().find(|(g, _)| g == group) {
-            if members > 0 {
-                return Err(MirrorError::GroupActive {
-                    group: group.to_owned(),
-                    state,
-                    members,
-                });
-            }
-        }
+        check_inactive(&self.target, group).await?;
         let targets: Vec<(String, i32, i64, String)> = rows
             .iter()
             .filter_map(|r| {
@@ -190,21 +177,33 @@ impl Translator {
     }
 }
 
+/// Refuses a group that has members on `target`.
+pub async fn check_inactive(target: &Cluster, group: &str) -> Result<(), MirrorError> {
+    let (node, _) = target.coordinator_of(group).await.map_err(error::target)?;
+    let described = strait_lag::kafka::describe(target, node, &[group.to_owned()])
+        .await
+        .map_err(error::target)?;
+    match described.into_iter().find(|(g, _)| g == group) {
+        Some((_, (state, members))) if members > 0 => Err(MirrorError::GroupActive {
+            group: group.to_owned(),
+            state,
+            members,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Reads every entry of the map topic, partition by partition, from the
-/// log start to the end.
-pub async fn read_map(target: &Cluster, topic: &str) -> Result<Map, MirrorError> {
+/// log start to the end; `None` if the target has no such topic.
+pub async fn read_map(target: &Cluster, topic: &str) -> Result<Option<Map>, MirrorError> {
     let bad = |detail: String| MirrorError::OffsetMap {
         topic: topic.to_owned(),
         detail,
     };
     let metadata = target.refresh().await.map_err(error::target)?;
-    let partitions = metadata.partition_count(topic).ok_or_else(|| {
-        bad(
-            "no such topic: the mirror has not committed a position yet, or its offset_map_topic \
-             differs"
-                .to_owned(),
-        )
-    })?;
+    let Some(partitions) = metadata.partition_count(topic) else {
+        return Ok(None);
+    };
     let mut map = Map::default();
     for partition in 0..partitions as i32 {
         let start = resume::list_offset(target, topic, partition, -2)
@@ -243,7 +242,7 @@ pub async fn read_map(target: &Cluster, topic: &str) -> Result<Map, MirrorError>
             }
         }
     }
-    Ok(map)
+    Ok(Some(map))
 }
 
 /// Calls `each` with every record's (offset delta, key, value) of one
