@@ -208,6 +208,7 @@ pub struct MirrorConfig {
     pub offset_map_retention: HumanDuration,
     /// Follow the source's consumer groups on the target (see
     /// [`SyncGroupOffsets`]). Default: off.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sync_group_offsets: Option<SyncGroupOffsets>,
 }
 

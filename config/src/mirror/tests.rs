@@ -883,3 +883,48 @@ fn errors_are_invalid_not_parse_errors() {
         "strait.yaml: mirrors.m.target: unknown cluster `nx`: one of `cq`, `nj`, `ny`"
     );
 }
+
+#[test]
+fn the_offset_map_and_group_sync_settings_are_checked() {
+    let yaml = |keys: &str| {
+        with_clusters(&format!(
+            "mirrors:\n{}",
+            mirror("m", &format!("source: nj\ntarget: cq\ntopics: orders\n{keys}"))
+        ))
+    };
+    let config = parse(&yaml("sync_group_offsets: { groups: \"orders-.*\" }"));
+    let m = &config.mirrors["m"];
+    assert_eq!(m.offset_map_topic("m"), "__strait_mirror_offsets.m");
+    assert_eq!(m.offset_map_retention, HumanDuration::days(7));
+    let sync = m.sync_group_offsets.as_ref().unwrap();
+    assert_eq!(sync.interval, HumanDuration::secs(1));
+    assert!(sync.filter().matches("orders-app") && !sync.filter().matches("billing"));
+    assert!(m.topic_filter().matches("orders"));
+    // The default exclude keeps the other direction's map topic out.
+    assert!(!m.topic_filter().matches("__strait_mirror_offsets.back"));
+    error_has(
+        &yaml("sync_group_offsets: { interval: 1s }"),
+        "mirrors.m.sync_group_offsets.groups",
+        &["required"],
+    );
+    error_has(
+        &yaml("sync_group_offsets: { groups: \"(\" }"),
+        "mirrors.m.sync_group_offsets.groups",
+        &["not a valid regex"],
+    );
+    error_has(
+        &yaml("sync_group_offsets: { groups: \".*\", interval: 10ms }"),
+        "mirrors.m.sync_group_offsets.interval",
+        &["from 100ms to 1h"],
+    );
+    error_has(
+        &yaml("offset_map_topic: \"no spaces\""),
+        "mirrors.m.offset_map_topic",
+        &["not a topic name"],
+    );
+    error_has(
+        &yaml("offset_map_retention: 10m"),
+        "mirrors.m.offset_map_retention",
+        &["below 1h"],
+    );
+}
