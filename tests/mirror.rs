@@ -1918,3 +1918,142 @@ fn source_groups_follow_on_the_target_never_back_over_a_consumers_commit_kafka_t
     commit(&source.bootstrap(), &b, exact.source_ends[&0]);
     follows(&b, exact.source_ends[&0]);
 }
+
+/// The failover drill under load. While a producer writes to the source,
+/// a group reads part of the topic there and commits (the Java client),
+/// `sync_group_offsets` brings its offsets to the mirrored topic on the
+/// target (renamed `nj.<topic>`), and the group reads on there
+/// (confluent-kafka); a second group the other way round (confluent-kafka
+/// first, the Java client on the target). Each group reads every record
+/// exactly once across the two datacenters.
+#[test]
+fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
+    let source = Kafka::shared();
+    let target = Kafka::second();
+    let (src, dst) = (source.bootstrap(), target.bootstrap());
+    let topic = unique("drill");
+    source.create_topic(&topic, 4, &[]);
+    let mirrored = format!("nj.{topic}");
+    let _mirror = MirrorProc::start(&config(
+        &src,
+        &dst,
+        &topic,
+        &format!(
+            "    rename: \"nj.{{topic}}\"\n    sync_group_offsets: {{ groups: \"{topic}-.*\", interval: 200ms }}\n"
+        ),
+    ));
+    let total = 4000;
+    let mut producer = background_producer(&src, &topic, total, 800);
+    let groups = [
+        (format!("{topic}-java-first"), "java:consume", "ck_consume.py"),
+        (format!("{topic}-ck-first"), "ck_consume.py", "java:consume"),
+    ];
+    let values = |out: &Value| -> Vec<String> {
+        out["records_list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[3].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // On the source, under load.
+    let mut first = Vec::new();
+    for (group, client, _) in &groups {
+        let out = run_client(
+            client,
+            &[
+                "--bootstrap",
+                &src,
+                "--topic",
+                &topic,
+                "--group",
+                group,
+                "--expect",
+                "1200",
+                "--commit",
+                "--records",
+            ],
+        );
+        assert_eq!(out["duplicates"], 0, "{group}: {out}");
+        first.push(values(&out));
+    }
+    producer.wait(Duration::from_secs(120));
+    assert_eq!(acked(&producer), total, "{}", producer.describe());
+    assert_mirrored(&src, &dst, &topic, &mirrored, total);
+    let all: std::collections::BTreeSet<String> = dump(&src, &topic, total)
+        .values()
+        .flatten()
+        .map(|r| r[1].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(all.len(), total);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for ((group, _, then), read_first) in groups.iter().zip(first) {
+        // The sync has committed the translation of every source commit.
+        wait_until(
+            &format!("{group}'s offsets synced to the target"),
+            Duration::from_secs(60),
+            || {
+                runtime.block_on(async {
+                    let translator = strait_mirror::translate::Translator::load(
+                        cluster(&src),
+                        cluster(&dst),
+                        "m",
+                        "__strait_mirror_offsets.m",
+                    )
+                    .await
+                    .ok()?;
+                    let rows = translator.translate_group(group, |t| t == topic).await.ok()?;
+                    let synced = strait_mirror::positions::load_all(&cluster(&dst), group)
+                        .await
+                        .ok()?;
+                    Some(
+                        !rows.is_empty()
+                            && rows.iter().all(|r| {
+                                synced.iter().any(|o| {
+                                    o.topic == mirrored
+                                        && o.partition == r.partition
+                                        && r.translation.target() == Some(o.offset)
+                                })
+                            }),
+                    )
+                }) == Some(true)
+            },
+        );
+        let rest = total - read_first.len();
+        let out = run_client(
+            then,
+            &[
+                "--bootstrap",
+                &dst,
+                "--topic",
+                &mirrored,
+                "--group",
+                group,
+                "--expect",
+                &rest.to_string(),
+                "--linger",
+                "2",
+                "--records",
+            ],
+        );
+        assert_eq!(out["duplicates"], 0, "{group} on the target: {out}");
+        let read_then = values(&out);
+        let mut both: Vec<String> = read_first.iter().chain(&read_then).cloned().collect();
+        both.sort();
+        let once: Vec<String> = all.iter().cloned().collect();
+        assert_eq!(
+            both.len(),
+            total,
+            "{group}: {} read on the source, {} on the target, of {total}",
+            read_first.len(),
+            read_then.len()
+        );
+        assert_eq!(
+            both, once,
+            "{group} read every record exactly once across the two clusters"
+        );
+    }
+}

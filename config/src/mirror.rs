@@ -84,7 +84,9 @@ pub struct SyncGroupOffsets {
     /// The mirror's own group is never followed.
     pub exclude: String,
     /// How often the groups' offsets are read and translated. Default
-    /// `1s`; from `100ms` to `1h`.
+    /// `500ms`, so that a source commit reaches the target within a second
+    /// (plus the time its records take to be mirrored); from `100ms` to
+    /// `1h`.
     pub interval: HumanDuration,
 }
 
@@ -93,7 +95,7 @@ impl Default for SyncGroupOffsets {
         SyncGroupOffsets {
             groups: String::new(),
             exclude: String::new(),
-            interval: HumanDuration::secs(1),
+            interval: HumanDuration::millis(500),
         }
     }
 }

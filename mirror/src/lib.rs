@@ -25,13 +25,19 @@
 //!   and rate; several Produce requests per target broker).
 //! - [`topics`]: target topics created with the source's partitions and
 //!   configs; [`positions`]: committed positions on the source.
+//! - [`offset_map`]: the source-to-target offset map (segments, the map
+//!   topic's entries, the recorder each partition feeds, the reader's
+//!   map); [`translate`]: groups' committed offsets translated with it and
+//!   committed on the target; [`sync`]: the same every interval for the
+//!   groups `sync_group_offsets` follows.
 //! - [`metrics`]: the Prometheus metrics; [`status`]: each partition's
 //!   Burrow-style status over a sliding window.
 //! - [`error`]: [`MirrorError`], which side failed and whether the
 //!   partition goes on.
 //!
-//! Modules depend one way: `mirror` on `partition` on `resume` on `shared`
-//! on `metrics` and `state`. The crate knows nothing of the gateway or the
+//! Modules depend one way: `mirror` on `sync` on `translate`, and on
+//! `partition` on `resume` on `shared` on `metrics` and `state` on
+//! `offset_map` (data only). The crate knows nothing of the gateway or the
 //! spool (the record batch format is `strait_batch`'s); the `strait`
 //! binary maps the configuration onto [`mirror::MirrorSpec`].
 

@@ -196,6 +196,15 @@ pub async fn check_inactive(target: &Cluster, group: &str) -> Result<(), MirrorE
 /// Reads every entry of the map topic, partition by partition, from the
 /// log start to the end; `None` if the target has no such topic.
 pub async fn read_map(target: &Cluster, topic: &str) -> Result<Option<Map>, MirrorError> {
+    read_map_filtered(target, topic, |_| true).await
+}
+
+/// [`read_map`], of the entries whose key `keep` takes.
+pub async fn read_map_filtered(
+    target: &Cluster,
+    topic: &str,
+    keep: impl Fn(&[u8]) -> bool,
+) -> Result<Option<Map>, MirrorError> {
     let bad = |detail: String| MirrorError::OffsetMap {
         topic: topic.to_owned(),
         detail,
@@ -227,7 +236,7 @@ pub async fn read_map(target: &Cluster, topic: &str) -> Result<Option<Map>, Mirr
                 }
                 each_record(batch.bytes(), |delta, key, value| {
                     let at = h.base_offset + delta;
-                    if at < offset {
+                    if at < offset || !key.is_some_and(&keep) {
                         return Ok(());
                     }
                     map.apply(key, value).map_err(|e| format!("offset {at}: {e}"))

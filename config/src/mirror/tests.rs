@@ -897,7 +897,7 @@ fn the_offset_map_and_group_sync_settings_are_checked() {
     assert_eq!(m.offset_map_topic("m"), "__strait_mirror_offsets.m");
     assert_eq!(m.offset_map_retention, HumanDuration::days(7));
     let sync = m.sync_group_offsets.as_ref().unwrap();
-    assert_eq!(sync.interval, HumanDuration::secs(1));
+    assert_eq!(sync.interval, HumanDuration::millis(500));
     assert!(sync.filter().matches("orders-app") && !sync.filter().matches("billing"));
     assert!(m.topic_filter().matches("orders"));
     // The default exclude keeps the other direction's map topic out.
