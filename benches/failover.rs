@@ -313,7 +313,7 @@ fn run() -> Res<()> {
                     g["group"].as_str().unwrap_or_default().to_owned(),
                     row["partition"].as_i64().unwrap_or(-1) as i32,
                 );
-                if row["target_offset"].as_i64() != expected.get(&key).copied() {
+                if row["to_offset"].as_i64() != expected.get(&key).copied() {
                     return Err(format!("{key:?}: {row}, expected {:?}", expected.get(&key)));
                 }
                 seen += 1;

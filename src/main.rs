@@ -137,6 +137,11 @@ enum MirrorCommand {
         /// Print one JSON document instead of a table.
         #[arg(long)]
         json: bool,
+        /// The other way, to fail back: the groups' committed offsets on
+        /// the target's mirrored topics, translated to the source topics
+        /// they were copied from (--apply commits them on the source).
+        #[arg(long)]
+        back: bool,
     },
 }
 
@@ -236,6 +241,7 @@ fn main() -> ExitCode {
                     group,
                     apply,
                     json,
+                    back,
                 }),
             ..
         } => mirror_cmd::translate_offsets(&mirror_cmd::Translate {
@@ -244,6 +250,7 @@ fn main() -> ExitCode {
             group,
             apply,
             json,
+            back,
         }),
         Command::Mirror {
             config: Some(config), ..

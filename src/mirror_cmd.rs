@@ -54,6 +54,8 @@ pub struct Translate {
     pub apply: bool,
     /// JSON rather than a table.
     pub json: bool,
+    /// The groups' offsets on the target back to the source.
+    pub back: bool,
 }
 
 /// Translates the committed offsets of the groups `args.group` selects on
@@ -62,7 +64,7 @@ pub struct Translate {
 /// applied.
 pub fn translate_offsets(args: &Translate) -> anyhow::Result<()> {
     use strait_mirror::offset_map::Translation;
-    use strait_mirror::translate::Translator;
+    use strait_mirror::translate::{Direction, Translator};
 
     let config = Config::load(&args.config)?;
     let Some(m) = config.mirrors.get(&args.mirror) else {
@@ -90,13 +92,20 @@ pub fn translate_offsets(args: &Translate) -> anyhow::Result<()> {
             &map_topic,
         )
         .await?;
-        let names = translator.groups(|g| groups.is_match(g)).await?;
+        let direction = if args.back {
+            Direction::Back
+        } else {
+            Direction::Forward
+        };
+        let names = translator.groups(direction, |g| groups.is_match(g)).await?;
         let mut out = Vec::new();
         let mut failed = Vec::new();
         for group in &names {
-            let rows = translator.translate_group(group, |t| filter.matches(t)).await?;
+            let rows = translator
+                .translate_group(group, direction, |t| filter.matches(t), |t| m.target_topic(t))
+                .await?;
             let applied = if args.apply {
-                match translator.apply(group, &rows, |t| m.target_topic(t)).await {
+                match translator.apply(group, &rows, direction).await {
                     Ok(n) => Ok(n),
                     Err(e) => {
                         failed.push(group.clone());
@@ -133,9 +142,9 @@ pub fn translate_offsets(args: &Translate) -> anyhow::Result<()> {
                         serde_json::json!({
                             "topic": r.topic,
                             "partition": r.partition,
-                            "source_offset": r.source_offset,
-                            "target_topic": m.target_topic(&r.topic),
-                            "target_offset": r.translation.target(),
+                            "offset": r.offset,
+                            "to_topic": r.to_topic,
+                            "to_offset": r.translation.target(),
                             "translation": kind,
                             "mirrored_to": mirrored_to,
                         })
@@ -144,9 +153,14 @@ pub fn translate_offsets(args: &Translate) -> anyhow::Result<()> {
             });
             println!("{json}");
         } else {
+            let (from, to) = if args.back {
+                ("target", "source")
+            } else {
+                ("source", "target")
+            };
             println!(
                 "{:<24} {:<24} {:>9} {:>14} {:<24} {:>14}  NOTE",
-                "GROUP", "TOPIC", "PARTITION", "SOURCE-OFFSET", "TARGET-TOPIC", "TARGET-OFFSET"
+                "GROUP", "TOPIC", "PARTITION", "OFFSET", "TO-TOPIC", "TO-OFFSET"
             );
             for (group, rows, applied) in &out {
                 for r in rows {
@@ -166,19 +180,19 @@ pub fn translate_offsets(args: &Translate) -> anyhow::Result<()> {
                         group,
                         r.topic,
                         r.partition,
-                        r.source_offset,
-                        m.target_topic(&r.topic),
+                        r.offset,
+                        r.to_topic,
                         r.translation.target().map_or("-".to_owned(), |t| t.to_string()),
                     );
                 }
                 match applied {
-                    Ok(n) if args.apply => println!("{group}: committed {n} offsets on the target"),
+                    Ok(n) if args.apply => println!("{group}: committed {n} offsets on the {to}"),
                     Ok(_) => {}
                     Err(e) => println!("{group}: not applied: {e}"),
                 }
             }
             if names.is_empty() {
-                println!("no group on the source matches `{}`", args.group);
+                println!("no group on the {from} matches `{}`", args.group);
             }
         }
         if !failed.is_empty() {

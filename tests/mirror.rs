@@ -1725,9 +1725,9 @@ fn groups_translate_to_the_next_unread_record_on_the_target_kafka_to_kafka() {
         assert_eq!(g["group"], format!("{topic}-g{k}"));
         for row in g["partitions"].as_array().unwrap() {
             let p = row["partition"].as_i64().unwrap() as i32;
-            assert_eq!(row["source_offset"], places[&p][k], "{row}");
+            assert_eq!(row["offset"], places[&p][k], "{row}");
             assert_eq!(row["translation"], "exact", "{row}");
-            assert_eq!(row["target_offset"], truth(p, places[&p][k]), "{row}");
+            assert_eq!(row["to_offset"], truth(p, places[&p][k]), "{row}");
         }
     }
 
@@ -1919,13 +1919,15 @@ fn source_groups_follow_on_the_target_never_back_over_a_consumers_commit_kafka_t
     follows(&b, exact.source_ends[&0]);
 }
 
-/// The failover drill under load. While a producer writes to the source,
-/// a group reads part of the topic there and commits (the Java client),
-/// `sync_group_offsets` brings its offsets to the mirrored topic on the
-/// target (renamed `nj.<topic>`), and the group reads on there
-/// (confluent-kafka); a second group the other way round (confluent-kafka
-/// first, the Java client on the target). Each group reads every record
-/// exactly once across the two datacenters.
+/// The failover drill under load, both ways. While a producer writes to
+/// the source, a group reads part of the topic there and commits (the Java
+/// client); `sync_group_offsets` brings its offsets to the mirrored topic on
+/// the target (renamed `nj.<topic>`), and the group reads on there
+/// (confluent-kafka) and commits; `strait mirror translate-offsets --back
+/// --apply` moves it back, and it reads the rest on the source (the Java
+/// client). A second group the other way round (confluent-kafka on the
+/// source, the Java client on the target). Each group reads every record
+/// exactly once across the three moves.
 #[test]
 fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
     let source = Kafka::shared();
@@ -1934,7 +1936,7 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
     let topic = unique("drill");
     source.create_topic(&topic, 4, &[]);
     let mirrored = format!("nj.{topic}");
-    let _mirror = MirrorProc::start(&config(
+    let mirror = MirrorProc::start(&config(
         &src,
         &dst,
         &topic,
@@ -1990,7 +1992,7 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
         .enable_all()
         .build()
         .unwrap();
-    for ((group, _, then), read_first) in groups.iter().zip(first) {
+    for ((group, there, then), read_first) in groups.iter().zip(first) {
         // The sync has committed the translation of every source commit.
         wait_until(
             &format!("{group}'s offsets synced to the target"),
@@ -2005,7 +2007,15 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
                     )
                     .await
                     .ok()?;
-                    let rows = translator.translate_group(group, |t| t == topic).await.ok()?;
+                    let rows = translator
+                        .translate_group(
+                            group,
+                            strait_mirror::translate::Direction::Forward,
+                            |t| t == topic,
+                            |t| format!("nj.{t}"),
+                        )
+                        .await
+                        .ok()?;
                     let synced = strait_mirror::positions::load_all(&cluster(&dst), group)
                         .await
                         .ok()?;
@@ -2022,7 +2032,7 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
                 }) == Some(true)
             },
         );
-        let rest = total - read_first.len();
+        // On the target, part of the rest, committing.
         let out = run_client(
             then,
             &[
@@ -2033,27 +2043,70 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
                 "--group",
                 group,
                 "--expect",
+                "1200",
+                "--commit",
+                "--records",
+            ],
+        );
+        assert_eq!(out["duplicates"], 0, "{group} on the target: {out}");
+        let read_then = values(&out);
+        // Back to the source.
+        let back = std::process::Command::new(support::strait_bin())
+            .args(["mirror", "translate-offsets", "--config"])
+            .arg(mirror.config_path())
+            .args(["--mirror", "m", "--group", group, "--back", "--apply", "--json"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&back.stdout);
+        assert!(
+            back.status.success(),
+            "{stdout} {}",
+            String::from_utf8_lossy(&back.stderr)
+        );
+        let json: Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(json["groups"][0]["applied"], true, "{json}");
+        for row in json["groups"][0]["partitions"].as_array().unwrap() {
+            assert_eq!(row["translation"], "exact", "{row}");
+            assert_eq!(row["to_topic"], topic.as_str(), "{row}");
+        }
+        let rest = total - read_first.len() - read_then.len();
+        let out = run_client(
+            there,
+            &[
+                "--bootstrap",
+                &src,
+                "--topic",
+                &topic,
+                "--group",
+                group,
+                "--expect",
                 &rest.to_string(),
                 "--linger",
                 "2",
                 "--records",
             ],
         );
-        assert_eq!(out["duplicates"], 0, "{group} on the target: {out}");
-        let read_then = values(&out);
-        let mut both: Vec<String> = read_first.iter().chain(&read_then).cloned().collect();
-        both.sort();
+        assert_eq!(out["duplicates"], 0, "{group} back on the source: {out}");
+        let read_back = values(&out);
+        let mut every: Vec<String> = read_first
+            .iter()
+            .chain(&read_then)
+            .chain(&read_back)
+            .cloned()
+            .collect();
+        every.sort();
         let once: Vec<String> = all.iter().cloned().collect();
         assert_eq!(
-            both.len(),
+            every.len(),
             total,
-            "{group}: {} read on the source, {} on the target, of {total}",
+            "{group}: {} read on the source, {} on the target, {} back on the source, of {total}",
             read_first.len(),
-            read_then.len()
+            read_then.len(),
+            read_back.len()
         );
         assert_eq!(
-            both, once,
-            "{group} read every record exactly once across the two clusters"
+            every, once,
+            "{group} read every record exactly once across the moves"
         );
     }
 }

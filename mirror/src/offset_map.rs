@@ -422,6 +422,29 @@ impl PartitionMap {
         })
     }
 
+    /// Translates committed target offset `offset` back to the source:
+    /// the source offset of the mirrored record at or after it (the next
+    /// record a group at `offset` on the target has not read), or the
+    /// mirror's source position when none is mirrored yet.
+    pub fn translate_back(&self, offset: i64) -> Translation {
+        let (Some(start), Some(end)) = (self.start, self.end) else {
+            return Translation::Unknown;
+        };
+        if offset > end.1 {
+            return Translation::Ahead(end.1);
+        }
+        let i = self.segments.partition_point(|s| s.target_end() <= offset);
+        let next = self.segments.get(i);
+        if offset < start.1 {
+            return Translation::BeforeMap(next.map_or(end.0, |s| s.source));
+        }
+        Translation::Exact(match next {
+            Some(s) if s.target <= offset => s.source + (offset - s.target),
+            Some(s) => s.source,
+            None => end.0,
+        })
+    }
+
     /// The segments (for tests and the map's cost).
     pub fn segments(&self) -> &[Segment] {
         &self.segments
@@ -537,6 +560,25 @@ mod tests {
         for (offset, translation) in expect {
             assert_eq!(map.translate(offset), translation, "offset {offset}");
         }
+        // Back: the target offset of a record goes to its source offset;
+        // the end to the mirror's position.
+        for (target, source) in [
+            (100, 10),
+            (102, 12),
+            (104, 14),
+            (105, 16),
+            (106, 18),
+            (108, 20),
+            (109, 25),
+        ] {
+            assert_eq!(
+                map.translate_back(target),
+                Translation::Exact(source),
+                "target {target}"
+            );
+        }
+        assert_eq!(map.translate_back(99), Translation::BeforeMap(10));
+        assert_eq!(map.translate_back(110), Translation::Ahead(109));
         // The map extends past its end by a commit only when the run is
         // consecutive.
         let mut ahead = map.clone();

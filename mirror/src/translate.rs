@@ -10,7 +10,7 @@
 //! its members on the target are checked before anything is committed
 //! there.
 
-use strait_upstream::Cluster;
+use strait_upstream::{Cluster, UpstreamError};
 
 use crate::batch::FetchedBatches;
 use crate::error::{self, MirrorError};
@@ -27,16 +27,29 @@ pub struct Translator {
     map: Map,
 }
 
+/// Which way offsets translate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// A group's offsets on the source to the target (failing over).
+    Forward,
+    /// A group's offsets on the target's mirrored topics back to the
+    /// source (failing back).
+    Back,
+}
+
 /// One partition of a group, translated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
-    /// Source topic.
+    /// The topic the group's offset was read on (the source topic going
+    /// forward, the mirrored topic going back).
     pub topic: String,
-    /// Partition.
+    /// Partition (the same on both sides).
     pub partition: i32,
-    /// The group's committed offset on the source.
-    pub source_offset: i64,
-    /// What it translates to.
+    /// The group's committed offset there.
+    pub offset: i64,
+    /// The topic on the other side.
+    pub to_topic: String,
+    /// What the offset translates to there.
     pub translation: Translation,
 }
 
@@ -98,14 +111,24 @@ impl Translator {
             .map_or(Translation::Unknown, |m| m.translate(offset))
     }
 
-    /// The consumer groups on the source that `wanted` selects, by name.
-    pub async fn groups(&self, wanted: impl Fn(&str) -> bool) -> Result<Vec<String>, MirrorError> {
-        let metadata = self.source.metadata().await.map_err(error::source)?;
+    /// The consumer groups that `wanted` selects, by name, on the side
+    /// their offsets are read (the source going forward, the target going
+    /// back).
+    pub async fn groups(
+        &self,
+        direction: Direction,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<Vec<String>, MirrorError> {
+        let (cluster, side): (&Cluster, fn(UpstreamError) -> MirrorError) = match direction {
+            Direction::Forward => (&self.source, error::source),
+            Direction::Back => (&self.target, error::target),
+        };
+        let metadata = cluster.metadata().await.map_err(side)?;
         let mut groups = Vec::new();
         for &node in metadata.brokers.keys() {
-            let listed = strait_lag::kafka::list_groups(&self.source, node)
+            let listed = strait_lag::kafka::list_groups(cluster, node)
                 .await
-                .map_err(error::source)?;
+                .map_err(side)?;
             groups.extend(listed.into_iter().map(|(_, g)| g).filter(|g| wanted(g)));
         }
         groups.sort();
@@ -113,61 +136,98 @@ impl Translator {
         Ok(groups)
     }
 
-    /// `group`'s committed source offsets of the topics `mirrored` selects,
-    /// translated, in topic and partition order.
+    /// Translates committed target offset `offset` of `topic`-`partition`
+    /// (a source topic: the map's key) back to the source.
+    pub fn translate_back(&self, topic: &str, partition: i32, offset: i64) -> Translation {
+        self.map
+            .partitions
+            .get(&(topic.to_owned(), partition))
+            .map_or(Translation::Unknown, |m| m.translate_back(offset))
+    }
+
+    /// `group`'s committed offsets, translated the way `direction` says:
+    /// forward, its offsets on the source of the topics `mirrored` selects
+    /// (renamed by `rename` on the target); back, its offsets on the
+    /// target of the topics the map's source topics are renamed to. In
+    /// topic and partition order.
     pub async fn translate_group(
         &self,
         group: &str,
+        direction: Direction,
         mirrored: impl Fn(&str) -> bool,
+        rename: impl Fn(&str) -> String,
     ) -> Result<Vec<Row>, MirrorError> {
-        let mut offsets = positions::load_all(&self.source, group)
-            .await
-            .map_err(error::source)?;
-        offsets.retain(|o| mirrored(&o.topic));
-        offsets.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-        Ok(offsets
-            .into_iter()
-            .map(|o| Row {
-                translation: self.translate(&o.topic, o.partition, o.offset),
-                topic: o.topic,
-                partition: o.partition,
-                source_offset: o.offset,
-            })
-            .collect())
+        let mut rows = Vec::new();
+        match direction {
+            Direction::Forward => {
+                let offsets = positions::load_all(&self.source, group)
+                    .await
+                    .map_err(error::source)?;
+                for o in offsets.into_iter().filter(|o| mirrored(&o.topic)) {
+                    rows.push(Row {
+                        translation: self.translate(&o.topic, o.partition, o.offset),
+                        to_topic: rename(&o.topic),
+                        topic: o.topic,
+                        partition: o.partition,
+                        offset: o.offset,
+                    });
+                }
+            }
+            Direction::Back => {
+                // Mirrored topic name to source topic name, from the map.
+                let sources: std::collections::HashMap<String, String> = self
+                    .map
+                    .partitions
+                    .keys()
+                    .map(|(topic, _)| (rename(topic), topic.clone()))
+                    .collect();
+                let offsets = positions::load_all(&self.target, group)
+                    .await
+                    .map_err(error::target)?;
+                for o in offsets {
+                    let Some(source_topic) = sources.get(&o.topic) else {
+                        continue;
+                    };
+                    rows.push(Row {
+                        translation: self.translate_back(source_topic, o.partition, o.offset),
+                        to_topic: source_topic.clone(),
+                        topic: o.topic,
+                        partition: o.partition,
+                        offset: o.offset,
+                    });
+                }
+            }
+        }
+        rows.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        Ok(rows)
     }
 
-    /// Commits `rows` that translate (each to `rename` of its topic) for
-    /// `group` on the target; refused while the group has members there.
-    /// Returns how many offsets were committed.
-    pub async fn apply(
-        &self,
-        group: &str,
-        rows: &[Row],
-        rename: impl Fn(&str) -> String,
-    ) -> Result<usize, MirrorError> {
-        check_inactive(&self.target, group).await?;
-        let targets: Vec<(String, i32, i64, String)> = rows
+    /// Commits `rows` that translate for `group` on the other side (the
+    /// target going forward, the source going back); refused while the
+    /// group has members there. Returns how many offsets were committed.
+    pub async fn apply(&self, group: &str, rows: &[Row], direction: Direction) -> Result<usize, MirrorError> {
+        let (cluster, side): (&Cluster, fn(UpstreamError) -> MirrorError) = match direction {
+            Direction::Forward => (&self.target, error::target),
+            Direction::Back => (&self.source, error::source),
+        };
+        check_inactive(cluster, group).await.map_err(|e| match e {
+            MirrorError::Target { error } if direction == Direction::Back => error::source(error),
+            e => e,
+        })?;
+        let offsets: Vec<(&str, i32, i64, String)> = rows
             .iter()
             .filter_map(|r| {
-                let offset = r.translation.target()?;
                 Some((
-                    rename(&r.topic),
+                    r.to_topic.as_str(),
                     r.partition,
-                    offset,
-                    format!(
-                        "strait-translated:{}:{}:{}",
-                        r.topic, r.partition, r.source_offset
-                    ),
+                    r.translation.target()?,
+                    format!("strait-translated:{}:{}:{}", r.topic, r.partition, r.offset),
                 ))
             })
             .collect();
-        let offsets: Vec<(&str, i32, i64, String)> = targets
-            .iter()
-            .map(|(t, p, o, m)| (t.as_str(), *p, *o, m.clone()))
-            .collect();
-        positions::commit_offsets(&self.target, group, &offsets)
+        positions::commit_offsets(cluster, group, &offsets)
             .await
-            .map_err(error::target)?;
+            .map_err(side)?;
         Ok(offsets.len())
     }
 
