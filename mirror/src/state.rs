@@ -74,6 +74,16 @@ struct Progress {
     status: Status,
 }
 
+impl Progress {
+    fn ack(&mut self, source: i64, target: i64) {
+        self.acked = Some((source, target));
+        self.map.skipped_to(source);
+        while self.unacked.front().is_some_and(|(last, _)| *last < source) {
+            self.unacked.pop_front();
+        }
+    }
+}
+
 impl PartitionState {
     /// A partition that has not started.
     pub fn new(source_topic: Arc<str>, target_topic: Arc<str>, partition: i32) -> PartitionState {
@@ -107,12 +117,7 @@ impl PartitionState {
     /// target, which continues at `target`. Drops the timestamps of the
     /// batches now acknowledged.
     pub fn set_acked(&self, source: i64, target: i64) {
-        let mut p = self.progress();
-        p.acked = Some((source, target));
-        p.map.skipped_to(source);
-        while p.unacked.front().is_some_and(|(last, _)| *last < source) {
-            p.unacked.pop_front();
-        }
+        self.progress().ack(source, target);
     }
 
     /// The partition starts (over) at `point`: the offset map's next entry
@@ -120,16 +125,16 @@ impl PartitionState {
     pub fn start_at(&self, point: Point) {
         let mut p = self.progress();
         p.map.start(point);
-        drop(p);
-        self.set_acked(point.0, point.1);
+        p.ack(point.0, point.1);
     }
 
     /// The target acknowledged a batch at target offset `target` holding
     /// the source records of `source` (or holds it already, found on
     /// resuming).
     pub fn acked_batch(&self, source: &SourceRange, target: i64) {
-        self.progress().map.batch(source, target);
-        self.set_acked(source.last_offset + 1, target + i64::from(source.record_count));
+        let mut p = self.progress();
+        p.map.batch(source, target);
+        p.ack(source.last_offset + 1, target + i64::from(source.record_count));
     }
 
     /// Notes a fetched batch (its last source offset and first timestamp)
