@@ -3,8 +3,10 @@
 //! begins. The mirror (in progress) reads these settings.
 //!
 //! Besides checking each mirror, [`Config::validate`](crate::Config::validate)
-//! checks the mirrors together: no two may write the same target topic, and
-//! no mirror within one cluster may select a topic it writes itself. See
+//! checks the mirrors together: no two may write the same target topic, no
+//! mirror within one cluster may select a topic it writes itself, and of
+//! two mirrors in opposite directions one must never select what the other
+//! writes (records would go round). See
 //! the crate's `overlap` module for how.
 
 use std::collections::BTreeMap;
@@ -496,6 +498,13 @@ pub(crate) fn validate(
                     ),
                 ));
             }
+            if a.source == b.target && a.target == b.source && a.source != a.target {
+                check_no_round_trip(
+                    prefix,
+                    (a_name, a, a_filter, a_template),
+                    (b_name, b, b_filter, b_template),
+                )?;
+            }
             if a.target != b.target {
                 continue;
             }
@@ -541,6 +550,64 @@ pub(crate) fn validate(
         }
     }
     Ok(())
+}
+
+/// A mirror with its compiled filter and rename, for the checks of mirrors
+/// together.
+type Checked<'a> = (&'a String, &'a MirrorConfig, &'a TopicFilter, &'a Template<'a>);
+
+/// For two mirrors in opposite directions between two clusters: refuses
+/// them unless one of them never selects a topic the other writes, so that
+/// no record is copied back to where it came from (and on, without end).
+fn check_no_round_trip(prefix: &str, a: Checked<'_>, b: Checked<'_>) -> Result<(), Invalid> {
+    let identity = Template::parse(DEFAULT_RENAME, "").expect("the default rename parses");
+    fn writes<'m>(m: &Checked<'m>) -> NameMap<'m> {
+        NameMap {
+            include: &m.1.topics,
+            exclude: &m.1.exclude,
+            filter: m.2,
+            template: m.3,
+        }
+    }
+    let mut found = Vec::new();
+    for (from, back) in [(&a, &b), (&b, &a)] {
+        let reads = NameMap {
+            template: &identity,
+            ..writes(back)
+        };
+        match overlap::overlap(writes(from), reads) {
+            Overlap::Disjoint => return Ok(()),
+            Overlap::Example {
+                target, a: copied, ..
+            } => found.push(format!(
+                "`{}` copies `{copied}` from `{}` to `{target}` on `{}`, which `{}` selects",
+                from.0, from.1.source, from.1.target, back.0
+            )),
+            Overlap::Unknown(why) => found.push(format!(
+                "Strait cannot prove that `{}` never selects what `{}` writes ({why})",
+                back.0, from.0
+            )),
+        }
+    }
+    let (x, y) = suggested_prefixes((a.0, &a.1.source), (b.0, &b.1.source));
+    Err(Invalid::new(
+        format!("{prefix}.{}.topics", b.0),
+        format!(
+            "mirrors `{}` and `{}` copy in opposite directions between `{}` and `{}`, and records \
+             would go round: {}; rename each mirror's topics after their origin (such as `{x}.{{topic}}` \
+             and `{y}.{{topic}}`) and exclude the other's (`{}` in `{}`, `{}` in `{}`). Marking each \
+             record's origin in a header, for topics that keep their names both ways, is not built yet",
+            a.0,
+            b.0,
+            a.1.source,
+            b.1.source,
+            found.join("; and "),
+            regex::escape(&format!("{y}.")) + ".*",
+            a.0,
+            regex::escape(&format!("{x}.")) + ".*",
+            b.0,
+        ),
+    ))
 }
 
 /// Two rename prefixes to suggest for mirrors `a` and `b` (each a name and

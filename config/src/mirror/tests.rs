@@ -928,3 +928,45 @@ fn the_offset_map_and_group_sync_settings_are_checked() {
         &["below 1h"],
     );
 }
+
+#[test]
+fn mirrors_in_opposite_directions_must_not_copy_records_back() {
+    let two = |a: &str, b: &str| {
+        with_clusters(&format!(
+            "mirrors:\n{}{}",
+            mirror("nj-to-cq", &format!("source: nj\ntarget: cq\n{a}")),
+            mirror("cq-to-nj", &format!("source: cq\ntarget: nj\n{b}"))
+        ))
+    };
+    // The same names both ways: every record would come back.
+    let message = error_has(
+        &two("topics: orders", "topics: orders"),
+        "mirrors.nj-to-cq.topics",
+        &[
+            "copy in opposite directions between `cq` and `nj`",
+            "`cq-to-nj` copies `orders` from `cq` to `orders` on `nj`, which `nj-to-cq` selects",
+            "header",
+        ],
+    );
+    assert!(message.contains("`nj.{topic}`"), "{message}");
+    // Renamed after their origin, but each takes everything.
+    error_has(
+        &two(
+            "topics: \".*\"\nrename: \"nj.{topic}\"",
+            "topics: \".*\"\nrename: \"cq.{topic}\"",
+        ),
+        "mirrors.nj-to-cq.topics",
+        &["would go round", "`nj\\..*` in `cq-to-nj`"],
+    );
+    // Renamed, and each excludes the other's copies: proved apart.
+    parse(&two(
+        "topics: \".*\"\nexclude: \"__.*|cq\\\\..*\"\nrename: \"nj.{topic}\"",
+        "topics: \".*\"\nexclude: \"__.*|nj\\\\..*\"\nrename: \"cq.{topic}\"",
+    ));
+    // One direction never selects what the other writes.
+    parse(&two("topics: orders", "topics: billing"));
+    parse(&two(
+        "topics: orders\nrename: \"nj.{topic}\"",
+        "topics: \"[a-z]+\"",
+    ));
+}
