@@ -2110,3 +2110,93 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
         );
     }
 }
+
+/// Two mirrors in opposite directions, producers on both sides: each
+/// renames after the origin (`nj.<topic>` on cq, `cq.<topic>` on nj) and
+/// excludes the other's copies, as `strait check` requires. Every record
+/// appears exactly once on the other side, and no topic grows by itself
+/// (no `nj.cq.<topic>`, nothing more after the producers stop).
+#[test]
+fn mirrors_both_ways_copy_each_record_once_and_never_back_kafka_to_kafka() {
+    let nj = Kafka::shared();
+    let cq = Kafka::second();
+    let topic = unique("bidi");
+    nj.create_topic(&topic, 2, &[]);
+    cq.create_topic(&topic, 2, &[]);
+    let selects = format!("(cq\\\\.|nj\\\\.)*{topic}");
+    let config = format!(
+        r#"
+clusters:
+  nj: {{ bootstrap: ["{nj}"] }}
+  cq: {{ bootstrap: ["{cq}"] }}
+admin:
+  listen: "{{admin}}"
+mirrors:
+  nj-to-cq:
+    source: nj
+    target: cq
+    topics: "{selects}"
+    exclude: "__.*|cq\\..*"
+    rename: "nj.{{topic}}"
+    commit_interval: 500ms
+    discovery_interval: 1s
+  cq-to-nj:
+    source: cq
+    target: nj
+    topics: "{selects}"
+    exclude: "__.*|nj\\..*"
+    rename: "cq.{{topic}}"
+    commit_interval: 500ms
+    discovery_interval: 1s
+"#,
+        nj = nj.bootstrap(),
+        cq = cq.bootstrap()
+    );
+    let mirror = MirrorProc::start(&config);
+    let mut from_nj = background_producer(&nj.bootstrap(), &topic, 1500, 500);
+    let mut from_cq = background_producer(&cq.bootstrap(), &topic, 1000, 500);
+    from_nj.wait(Duration::from_secs(120));
+    from_cq.wait(Duration::from_secs(120));
+    assert_eq!(acked(&from_nj), 1500, "{}", from_nj.describe());
+    assert_eq!(acked(&from_cq), 1000, "{}", from_cq.describe());
+    let (nj_copy, cq_copy) = (format!("nj.{topic}"), format!("cq.{topic}"));
+    assert_mirrored(&nj.bootstrap(), &cq.bootstrap(), &topic, &nj_copy, 1500);
+    assert_mirrored(&cq.bootstrap(), &nj.bootstrap(), &topic, &cq_copy, 1000);
+    // Nothing goes round: no copy of a copy, and after a few more commit
+    // and discovery rounds every topic holds what it held.
+    let ours = |bootstrap: &str| -> BTreeMap<String, i64> {
+        let out = run_client("ck_admin.py", &["--bootstrap", bootstrap, "describe"]);
+        out["topics"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|t| t.contains(&topic))
+            .map(|t| {
+                let ends = ends(bootstrap, t);
+                (t.clone(), ends.values().sum())
+            })
+            .collect()
+    };
+    let before = (ours(&nj.bootstrap()), ours(&cq.bootstrap()));
+    let names = |m: &BTreeMap<String, i64>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        names(&before.0),
+        vec![topic.clone(), cq_copy.clone()],
+        "topics on nj"
+    );
+    assert_eq!(
+        names(&before.1),
+        vec![topic.clone(), nj_copy.clone()],
+        "topics on cq"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        (ours(&nj.bootstrap()), ours(&cq.bootstrap())),
+        before,
+        "no topic grew by itself"
+    );
+    assert!(
+        metric_sum(&mirror.get("/metrics"), "strait_mirror_records_total", "") >= 2500.0,
+        "both mirrors copied"
+    );
+}
