@@ -520,7 +520,7 @@ mod tests {
     fn every_offset_translates_to_the_next_mirrored_record() {
         let mut rec = Recorder::default();
         let mut map = PartitionMap::default();
-        let mut write = |rec: &mut Recorder, map: &mut PartitionMap| {
+        let write = |rec: &mut Recorder, map: &mut PartitionMap| {
             if let Some((entry, token)) = rec.entry(std::time::Duration::from_secs(3600)) {
                 let entry = Entry::decode(&entry.encode()).unwrap();
                 map.apply(&entry);
