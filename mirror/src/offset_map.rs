@@ -213,6 +213,9 @@ pub struct Recorder {
     /// Counts starts: an entry taken before one does not settle it.
     starts: u64,
     written_at: Option<Instant>,
+    /// Where the run of consecutive offsets that ends at `end` began (both
+    /// sides moved as far since): a refreshed entry restates it whole.
+    run: Point,
 }
 
 impl Recorder {
@@ -222,6 +225,7 @@ impl Recorder {
         self.from = Some(point);
         self.segments.clear();
         self.end = point;
+        self.run = point;
         self.due = true;
         self.starts += 1;
     }
@@ -231,6 +235,10 @@ impl Recorder {
     pub fn batch(&mut self, source: &SourceRange, target: i64) {
         let mut at = target;
         for (first, count) in source.runs() {
+            if (first, at) != self.end {
+                self.run = (first, at);
+            }
+            self.end = (self.end.0.max(first + count), self.end.1.max(at + count));
             push(
                 &mut self.segments,
                 Segment {
@@ -246,7 +254,10 @@ impl Recorder {
 
     /// The source moved on to `offset` without records for the target.
     pub fn skipped_to(&mut self, offset: i64) {
-        self.end.0 = self.end.0.max(offset);
+        if offset > self.end.0 {
+            self.end.0 = offset;
+            self.run = self.end;
+        }
     }
 
     /// Where the mirror is: the next source offset and its target offset.
@@ -279,6 +290,27 @@ impl Recorder {
         };
         if !self.due && extends && !stale {
             return None;
+        }
+        if stale && self.run.0 < from.0 {
+            // The run goes back past the last entry: restated from its
+            // beginning, so that the map topic's retention, which drops
+            // the entry that began it, loses none of it.
+            let count = self.end.0 - self.run.0;
+            return Some((
+                Entry {
+                    from: self.run,
+                    segments: (count > 0)
+                        .then_some(Segment {
+                            source: self.run.0,
+                            target: self.run.1,
+                            count,
+                        })
+                        .into_iter()
+                        .collect(),
+                    end: self.end,
+                },
+                self.starts,
+            ));
         }
         Some((
             Entry {
@@ -586,6 +618,38 @@ mod tests {
         assert_eq!(ahead.translate(27), Translation::Ahead(25));
         assert!(ahead.extend_to((30, 114)));
         assert_eq!(ahead.translate(27), Translation::Exact(111));
+    }
+
+    #[test]
+    fn a_refreshed_entry_restates_the_whole_run_it_is_in() {
+        let mut rec = Recorder::default();
+        let hour = std::time::Duration::from_secs(3600);
+        rec.start((0, 0));
+        rec.skipped_to(5);
+        rec.batch(&range(&[5, 6, 7]), 0);
+        let (entry, token) = rec.entry(hour).unwrap();
+        rec.wrote(&entry, token);
+        rec.batch(&range(&[8, 9]), 3);
+        assert!(rec.entry(hour).is_none(), "the run extends by itself");
+        // Refreshed: from the run's beginning (5), not from the last entry's
+        // end (8); alone (the older entries expired) it still maps the run.
+        let (entry, _) = rec.entry(std::time::Duration::ZERO).unwrap();
+        assert_eq!(
+            entry,
+            Entry {
+                from: (5, 0),
+                segments: vec![Segment {
+                    source: 5,
+                    target: 0,
+                    count: 5
+                }],
+                end: (10, 5),
+            }
+        );
+        let mut map = PartitionMap::default();
+        map.apply(&entry);
+        assert_eq!(map.translate(6), Translation::Exact(1));
+        assert_eq!(map.translate(4), Translation::BeforeMap(0));
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //!   records before it are on the target: the map as this process knows it
 //!   (read from the map topic at start, then the entries it writes and the
 //!   positions the target acknowledged). A partition not mirrored that far
-//!   yet waits for the next round.
+//!   yet waits for the next round; one before what the map covers (never
+//!   mirrored, or older than the map's retention) is left alone.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,7 +30,7 @@ use tokio::sync::{mpsc, watch};
 use crate::error::{self, MirrorError};
 use crate::metrics::MirrorMetrics;
 use crate::mirror::{Rename, TopicFilter};
-use crate::offset_map::{Entry, Map};
+use crate::offset_map::{Entry, Map, Translation};
 use crate::positions;
 use crate::state::Partitions;
 use crate::translate;
@@ -219,7 +220,9 @@ impl Syncer {
             let Some(known) = map.partitions.get(&(o.topic.clone(), o.partition)) else {
                 continue;
             };
-            if let Some(target) = known.translate(o.offset).target() {
+            // Only exact translations: one before the map (records never
+            // mirrored, or older than the map's retention) would skip them.
+            if let Translation::Exact(target) = known.translate(o.offset) {
                 wanted.push(((self.rename)(&o.topic), o.partition, target, o.offset));
             }
         }
