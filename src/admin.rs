@@ -459,6 +459,12 @@ fn mirrors_json(tracker: Option<&Tracker>) -> Value {
                 "lag_records": m.partitions.iter().map(|p| p.state.lag_records()).sum::<i64>(),
                 "lag_seconds": lag_seconds,
                 "records_per_second": m.partitions.iter().map(|p| p.rate).sum::<f64>(),
+                "member": m.member.as_ref().map(|g| json!({
+                    "member_id": g.member_id,
+                    "generation": g.generation,
+                    "leader": g.leader,
+                    "members": (g.leader).then_some(g.members),
+                })),
                 "partitions": partitions,
             })
         })

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use strait_config::mirror::{OnLostRecords, StartPosition};
 use strait_config::Config;
+use strait_mirror::membership::Timeouts;
 use strait_mirror::metrics::{MirrorMetrics, PartitionCollector};
 use strait_mirror::mirror::MirrorSpec;
 use strait_mirror::shared::{OnLost, StartAt};
@@ -60,6 +61,7 @@ pub fn start(
             coalesce_up_to: strait_config::mirror::COALESCE_UP_TO.bytes() as usize,
             staggered_polls: m.staggered_polls,
             shutdown_grace: Duration::from(config.server.shutdown_grace),
+            membership: Timeouts::new(m.session_timeout.into(), config.server.shutdown_grace.into()),
             offset_map_topic: m.offset_map_topic(name),
             offset_map_retention: m.offset_map_retention.into(),
             sync_groups: m.sync_group_offsets.as_ref().map(|sync| {

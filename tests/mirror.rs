@@ -17,10 +17,24 @@ use serde_json::Value;
 use support::kafka::Kafka;
 use support::{metric, metric_sum, run_client, unique, MirrorProc, Strait, Tansu};
 
-/// A config with clusters `src` and `dst` and one mirror `m` of `topics`,
-/// committing every 500ms and looking for topics every 1s unless `extra`
-/// sets `commit_interval` or `discovery_interval`.
+/// A config with clusters `src` and `dst` and one mirror `m` of `topics`
+/// in group [`mirror_group`] (tests share clusters) unless `extra` sets
+/// `group`, with a session timeout of 6s unless `extra` sets one,
+/// committing every 500ms and looking for topics every 1s unless
+/// `extra` sets `commit_interval` or `discovery_interval`.
 fn config(source: &str, target: &str, topics: &str, extra: &str) -> String {
+    let group = if extra.contains("group:") {
+        String::new()
+    } else {
+        format!("    group: \"{}\"\n", mirror_group(topics))
+    };
+    // A restarted process waits for its dead self's session to expire:
+    // Kafka's shortest.
+    let session = if extra.contains("session_timeout") {
+        ""
+    } else {
+        "    session_timeout: 6s\n"
+    };
     let commit = if extra.contains("commit_interval") {
         ""
     } else {
@@ -43,9 +57,14 @@ mirrors:
     source: src
     target: dst
     topics: "{topics}"
-{discovery}{commit}{extra}
+{group}{session}{discovery}{commit}{extra}
 "#
     )
+}
+
+/// The group of [`config`]'s mirror of `topics`.
+fn mirror_group(topics: &str) -> String {
+    format!("m.{topics}")
 }
 
 /// Every record of `topic`, per partition: [key, value, headers, timestamp
@@ -514,7 +533,8 @@ fn sigkill_test(source: &str, target: &str, topic: &str, resumed: &str) {
 /// Commits every 5 s, so each kill lands with records on the target past
 /// the committed position: the restart must find them (`resumed` is the
 /// log line that says it did) rather than send them again. `extra` is more
-/// of the mirror's config; returns its last process's metrics.
+/// of the mirror's config; returns the metrics of its processes, each as
+/// it was last.
 fn sigkill_test_with(source: &str, target: &str, topic: &str, resumed: &str, extra: &str) -> String {
     support::create_topic("ck_admin.py", source, topic, 8);
     let total = 6_000;
@@ -525,13 +545,22 @@ fn sigkill_test_with(source: &str, target: &str, topic: &str, resumed: &str, ext
         topic,
         &format!("    commit_interval: 5s\n{extra}"),
     ));
+    let mut metrics = String::new();
     for kill in 0..3 {
         let before = acked(&producer);
         producer.wait_for(Duration::from_secs(60), |lines| {
             lines.iter().filter(|l| l.starts_with("ACKED")).count() >= before + 800
         });
+        // This process has joined the mirror's group (after a SIGKILL, the
+        // group waits for the dead one's session to expire).
+        wait_until(
+            "the mirror to own its partitions",
+            Duration::from_secs(60),
+            || metric_sum(&mirror.get("/metrics"), "strait_mirror_partitions_owned", "") > 0.0,
+        );
         // Let the mirror run a moment (some commits, some in flight).
         std::thread::sleep(Duration::from_millis(300 + 200 * kill));
+        metrics.push_str(&mirror.get("/metrics"));
         mirror.restart();
     }
     let status = producer
@@ -545,7 +574,7 @@ fn sigkill_test_with(source: &str, target: &str, topic: &str, resumed: &str, ext
         log.contains(resumed),
         "no restart found mirrored records past the commit:\n{log}"
     );
-    let metrics = mirror.get("/metrics");
+    metrics.push_str(&mirror.get("/metrics"));
     assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
     metrics
 }
@@ -794,7 +823,7 @@ fn lag_rises_while_the_target_is_down_and_falls_to_zero_after() {
             "lagging",
         ],
     );
-    let group = committed(&source.bootstrap(), "m", "lagging", 2);
+    let group = committed(&source.bootstrap(), &mirror_group("lagging"), "lagging", 2);
     for p in 0..2 {
         assert_eq!(
             Some(group[p]),
@@ -1533,7 +1562,10 @@ impl Exact {
         wait_until(
             "the mirror's positions at the source's end",
             Duration::from_secs(30),
-            || committed(source, "m", topic, partitions) == source_ends.values().copied().collect::<Vec<_>>(),
+            || {
+                committed(source, &mirror_group(topic), topic, partitions)
+                    == source_ends.values().copied().collect::<Vec<_>>()
+            },
         );
         let ours = offsets_and_values(source, topic, expect);
         let theirs = offsets_and_values(target, topic, expect);
@@ -1556,7 +1588,7 @@ impl Exact {
             .block_on(strait_mirror::translate::Translator::load(
                 cluster(source),
                 cluster(target),
-                "m",
+                &mirror_group(topic),
                 "__strait_mirror_offsets.m",
             ))
             .expect("the offset map reads");
@@ -2002,7 +2034,7 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
                     let translator = strait_mirror::translate::Translator::load(
                         cluster(&src),
                         cluster(&dst),
-                        "m",
+                        &mirror_group(&topic),
                         "__strait_mirror_offsets.m",
                     )
                     .await
@@ -2199,4 +2231,110 @@ mirrors:
         metric_sum(&mirror.get("/metrics"), "strait_mirror_records_total", "") >= 2500.0,
         "both mirrors copied"
     );
+}
+
+/// What a mirror process's `/api/v1/mirrors` says of its share: the
+/// partitions it owns, whether it leads the mirror's group, the
+/// generation.
+type Share = (Vec<(String, i64)>, bool, i64);
+
+/// A mirror process's [`Share`] (none before it joined).
+fn owned(mirror: &MirrorProc) -> Option<Share> {
+    let api: Value = serde_json::from_str(&mirror.get("/api/v1/mirrors")).ok()?;
+    let m = &api["mirrors"][0];
+    let member = m["member"].as_object()?;
+    let partitions = m["partitions"]
+        .as_array()?
+        .iter()
+        .map(|p| {
+            (
+                p["topic"].as_str().unwrap().to_owned(),
+                p["partition"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    Some((
+        partitions,
+        member["leader"].as_bool()?,
+        member["generation"].as_i64()?,
+    ))
+}
+
+/// Waits until `mirrors` share the `count` partitions of `topic`: each
+/// owns its share (within one of the others), none twice, one leader, one
+/// generation; `/metrics` agrees with `/api/v1/mirrors`.
+fn wait_shared(mirrors: &[&MirrorProc], topic: &str, count: usize) {
+    wait_until(
+        &format!("{} processes to share the {count} partitions", mirrors.len()),
+        Duration::from_secs(90),
+        || {
+            let views: Vec<_> = mirrors.iter().map(|m| owned(m)).collect();
+            let Some(views) = views.into_iter().collect::<Option<Vec<_>>>() else {
+                return false;
+            };
+            let mut all: Vec<&(String, i64)> = views.iter().flat_map(|(p, _, _)| p).collect();
+            all.sort();
+            all.dedup();
+            let sizes: Vec<usize> = views.iter().map(|(p, _, _)| p.len()).collect();
+            let share = count / mirrors.len();
+            all.len() == count
+                && all.iter().all(|(t, _)| t == topic)
+                && sizes.iter().sum::<usize>() == count
+                && sizes.iter().all(|&n| n == share || n == share + 1)
+                && views.iter().filter(|(_, leader, _)| *leader).count() == 1
+                && views.iter().all(|(_, _, g)| *g == views[0].2)
+                && mirrors.iter().zip(&sizes).all(|(m, &n)| {
+                    metric_sum(&m.get("/metrics"), "strait_mirror_partitions_owned", "") == n as f64
+                })
+        },
+    );
+}
+
+/// Three `strait mirror` processes with the same config share a
+/// 32-partition topic through the mirror's group on the source while a
+/// producer writes (Kafka to Kafka): one is SIGKILLed (the others take its
+/// partitions once its session expires), a fourth joins (partitions move
+/// to it in a clean handover), one stops with SIGTERM (it leaves the group
+/// and the others take over at once). The target holds every source
+/// record exactly once, in order.
+#[test]
+fn three_processes_share_partitions_through_a_kill_a_join_and_a_stop_kafka_to_kafka() {
+    let (source, target) = (Kafka::shared(), Kafka::second());
+    let (src, dst) = (source.bootstrap(), target.bootstrap());
+    let topic = unique("shared");
+    source.create_topic(&topic, 32, &[]);
+    let config = config(&src, &dst, &topic, "");
+    let total = 20_000;
+    let mut producer = background_producer(&src, &topic, total, 1_000);
+    let mut first: Vec<MirrorProc> = (0..3).map(|_| MirrorProc::start(&config)).collect();
+    wait_shared(&first.iter().collect::<Vec<_>>(), &topic, 32);
+    let progress = |producer: &mut support::BackgroundClient, at: usize| {
+        producer.wait_for(Duration::from_secs(60), |lines| {
+            lines.iter().filter(|l| l.starts_with("ACKED")).count() >= at
+        })
+    };
+
+    progress(&mut producer, 5_000);
+    first[0].kill();
+    wait_shared(&[&first[1], &first[2]], &topic, 32);
+
+    progress(&mut producer, 10_000);
+    let joined = MirrorProc::start(&config);
+    wait_shared(&[&first[1], &first[2], &joined], &topic, 32);
+
+    progress(&mut producer, 15_000);
+    assert_eq!(first[1].stop().code(), Some(0), "{}", first[1].log());
+    assert!(
+        first[1].log().contains("left the mirror's group"),
+        "{}",
+        first[1].log()
+    );
+    wait_shared(&[&first[2], &joined], &topic, 32);
+
+    let status = producer
+        .wait(Duration::from_secs(120))
+        .expect("the producer finishes");
+    assert!(status.success(), "{}", producer.describe());
+    assert_eq!(acked(&producer), total);
+    assert_mirrored(&src, &dst, &topic, &topic, total);
 }

@@ -31,6 +31,8 @@ pub const DEFAULT_EXCLUDE: &str = "__.*";
 pub const DEFAULT_RENAME: &str = "{topic}";
 /// Default `commit_interval`: 1 second.
 pub const DEFAULT_COMMIT_INTERVAL: HumanDuration = HumanDuration::secs(1);
+/// Default `session_timeout`: 10 seconds.
+pub const DEFAULT_SESSION_TIMEOUT: HumanDuration = HumanDuration::secs(10);
 /// Default `discovery_interval`: 10 seconds.
 pub const DEFAULT_DISCOVERY_INTERVAL: HumanDuration = HumanDuration::secs(10);
 /// Default `max_bytes_in_flight` of a mirror: 128MiB, room for three
@@ -167,6 +169,15 @@ pub struct MirrorConfig {
     /// Commit positions to `group` at least this often. Default `1s`; must
     /// be positive.
     pub commit_interval: HumanDuration,
+    /// Every `strait mirror` or `strait serve` process running this
+    /// mirror joins `group` on the source and the group's leader shares
+    /// the partitions among them. When a process dies, the others take
+    /// its partitions once the source's group coordinator has heard
+    /// nothing from it for this long. Default `10s`; at least `1s`, and
+    /// within the source brokers' `group.min.session.timeout.ms` and
+    /// `group.max.session.timeout.ms` (Kafka: 6s to 30m), which they
+    /// enforce.
+    pub session_timeout: HumanDuration,
     /// Where a partition with no committed position begins: `earliest` or
     /// `latest`. Default `earliest`.
     pub start: StartPosition,
@@ -228,6 +239,7 @@ impl Default for MirrorConfig {
             rename: DEFAULT_RENAME.to_owned(),
             group: None,
             commit_interval: DEFAULT_COMMIT_INTERVAL,
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
             start: StartPosition::default(),
             discovery_interval: DEFAULT_DISCOVERY_INTERVAL,
             max_bytes_in_flight: DEFAULT_MAX_BYTES_IN_FLIGHT,
@@ -351,6 +363,12 @@ impl MirrorConfig {
             if value.is_zero() {
                 return Err(Invalid::new(path(key), "must be positive"));
             }
+        }
+        if self.session_timeout < HumanDuration::secs(1) {
+            return Err(Invalid::new(
+                path("session_timeout"),
+                format!("{} is below 1s", self.session_timeout),
+            ));
         }
         check_bytes_in_flight(self.max_bytes_in_flight, &path("max_bytes_in_flight"))?;
         let map_topic = self.offset_map_topic(name);

@@ -397,6 +397,7 @@ mirrors:
     rename: nj.{topic}
     group: nj-to-cq
     commit_interval: 1s
+    session_timeout: 10s
     start: earliest
     discovery_interval: 10s
     max_bytes_in_flight: 128MiB

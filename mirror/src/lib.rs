@@ -2,8 +2,11 @@
 //! target cluster, batch for batch, exactly once across crashes, with lag
 //! metrics.
 //!
-//! - [`mirror`]: one mirror: topic discovery, a task per partition, the
-//!   commit loop, shutdown.
+//! - [`mirror`]: one mirror: topic discovery, the group membership loop
+//!   (a task per partition this process owns, handed over on every
+//!   rebalance), the commit loop, shutdown; [`membership`]: the mirror's
+//!   group on the source and the assignor that shares the partitions
+//!   among the processes running the mirror.
 //! - [`partition`]: one partition's fetch and produce tasks and their
 //!   supervisor; [`plan`]: how much its fetches ask for and where
 //!   fetches ahead start (the source's density, from its log before the
@@ -35,7 +38,8 @@
 //! - [`error`]: [`MirrorError`], which side failed and whether the
 //!   partition goes on.
 //!
-//! Modules depend one way: `mirror` on `sync` on `translate`, and on
+//! Modules depend one way: `mirror` on `membership` (which needs only
+//! the upstream client), `mirror` on `sync` on `translate`, and on
 //! `partition` on `resume` on `shared` on `metrics` and `state` on
 //! `offset_map` (data only). The crate knows nothing of the gateway or the
 //! spool (the record batch format is `strait_batch`'s); the `strait`
@@ -44,6 +48,7 @@
 pub mod batch;
 pub mod error;
 pub mod grouped;
+pub mod membership;
 pub mod metrics;
 pub mod mirror;
 pub mod offset_map;

@@ -25,12 +25,15 @@
 //! | `strait_mirror_replication_latency_seconds` | histogram | mirror | target acknowledgement time minus the timestamp of each batch's first record |
 //! | `strait_mirror_group_offset_commits_total` | counter | mirror | partitions of groups whose translated offset `sync_group_offsets` committed on the target |
 //! | `strait_mirror_group_sync_seconds` | histogram | mirror | one round of `sync_group_offsets`: every followed group read, translated and committed |
+//! | `strait_mirror_partitions_owned` | gauge | mirror | partitions this process owns in the mirror's group |
+//! | `strait_mirror_rebalances_total` | counter | mirror | rebalances of the mirror's group this process went through |
+//! | `strait_mirror_rebalance_pause_seconds` | histogram | mirror | from this process stopping its partitions for a rebalance until every partition of its new assignment streams again |
 
 use std::sync::{Arc, Mutex};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 use crate::state::{PartitionState, Partitions, Status};
 
@@ -55,6 +58,12 @@ pub struct MirrorMetrics {
     pub group_commits: IntCounterVec,
     /// `strait_mirror_group_sync_seconds{mirror}`.
     pub group_sync: HistogramVec,
+    /// `strait_mirror_partitions_owned{mirror}`.
+    pub owned: IntGaugeVec,
+    /// `strait_mirror_rebalances_total{mirror}`.
+    pub rebalances: IntCounterVec,
+    /// `strait_mirror_rebalance_pause_seconds{mirror}`.
+    pub rebalance_pause: HistogramVec,
 }
 
 impl MirrorMetrics {
@@ -102,13 +111,41 @@ impl MirrorMetrics {
         registry.register(Box::new(replication_latency.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(group_commits.clone()))?;
+        let owned = IntGaugeVec::new(
+            Opts::new(
+                "strait_mirror_partitions_owned",
+                "Partitions this process owns in the mirror's group.",
+            ),
+            &["mirror"],
+        )?;
+        let rebalances = IntCounterVec::new(
+            Opts::new(
+                "strait_mirror_rebalances_total",
+                "Rebalances of the mirror's group this process went through.",
+            ),
+            &["mirror"],
+        )?;
+        let rebalance_pause = HistogramVec::new(
+            HistogramOpts::new(
+                "strait_mirror_rebalance_pause_seconds",
+                "From stopping this process's partitions for a rebalance until every partition of its new assignment streams again.",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["mirror"],
+        )?;
         registry.register(Box::new(group_sync.clone()))?;
+        registry.register(Box::new(owned.clone()))?;
+        registry.register(Box::new(rebalances.clone()))?;
+        registry.register(Box::new(rebalance_pause.clone()))?;
         Ok(MirrorMetrics {
             produce_latency,
             replication_latency,
             errors,
             group_commits,
             group_sync,
+            owned,
+            rebalances,
+            rebalance_pause,
         })
     }
 
@@ -119,6 +156,8 @@ impl MirrorMetrics {
             self.errors.with_label_values(&[name, kind]);
         }
         self.group_commits.with_label_values(&[name]);
+        self.owned.with_label_values(&[name]);
+        self.rebalances.with_label_values(&[name]);
     }
 
     /// Metrics that are not registered anywhere (tests).

@@ -1,11 +1,17 @@
-//! One mirror: topic discovery, a task per partition, and the commit loop.
+//! One mirror: topic discovery, the mirror's group, a task per owned
+//! partition, and the commit loop.
 //!
 //! - **Discovery**, at start and every `discovery_interval`: the source's
 //!   metadata is re-read; each matching topic gets its target topic
 //!   (created with the source's partition count and configs, or grown when
-//!   the source gained partitions) and a task per partition. A source
-//!   topic that disappears is logged and its tasks stop; the target topic
-//!   is left alone.
+//!   the source gained partitions). A source topic that disappears is
+//!   logged; the target topic is left alone.
+//! - **The group** ([`crate::membership`]): the process joins the mirror's
+//!   group on the source; its leader assigns the discovered partitions
+//!   over every process running the mirror, and rebalances when they
+//!   change. The process runs a task per partition it owns; on every
+//!   rebalance it stops them, lets them write what they fetched, commits,
+//!   and joins again.
 //! - **Commits**, every `commit_interval`: each partition's acknowledged
 //!   position (only what the target acknowledged) is committed to the
 //!   source under the mirror's group, with the target offset it maps to.
@@ -17,18 +23,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use strait_upstream::Cluster;
+use strait_upstream::{Backoff, Cluster};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::grouped::{FetchSettings, Fetcher, Producer};
+use crate::membership::{Beat, Member, Timeouts, TopicPartition};
 use crate::metrics::MirrorMetrics;
 use crate::offset_map;
 use crate::partition;
 use crate::positions;
 use crate::shared::{OnLost, Shared, StartAt};
-use crate::state::{PartitionState, Partitions};
+use crate::state::{Membership, PartitionState, Partitions, Status};
 use crate::sync::{GroupSync, Syncer, Written};
 use crate::topics;
 
@@ -73,6 +81,9 @@ pub struct MirrorSpec {
     pub staggered_polls: bool,
     /// How long shutdown waits for fetched records to be written.
     pub shutdown_grace: Duration,
+    /// The mirror's group membership on the source: session, rebalance
+    /// and heartbeat ([`crate::membership`]).
+    pub membership: Timeouts,
     /// The topic on the target holding the offset map
     /// ([`crate::offset_map`]).
     pub offset_map_topic: String,
@@ -95,8 +106,8 @@ impl std::fmt::Debug for MirrorSpec {
     }
 }
 
-/// Runs `spec` until `shutdown` turns true. `partitions` is filled as
-/// partitions start (pass a clone to the metrics).
+/// Runs `spec` until `shutdown` turns true. `partitions` holds the
+/// partitions this process owns (pass a clone to the metrics).
 pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Receiver<bool>) {
     let shared = Arc::new(Shared {
         name: spec.name.clone().into(),
@@ -118,7 +129,7 @@ pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Rece
         coalesce_below: spec.coalesce_below,
         coalesce_up_to: spec.coalesce_up_to,
         staggered_polls: spec.staggered_polls,
-        shutdown: shutdown.clone(),
+        generation: std::sync::Mutex::new(None),
         producer_id: tokio::sync::OnceCell::new(),
         metrics: spec.metrics.clone(),
         partitions: AtomicUsize::new(0),
@@ -127,14 +138,6 @@ pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Rece
         mirror = %spec.name, source = spec.source.name(), target = spec.target.name(), group = %spec.group,
         "mirror starting"
     );
-    let mut tasks: JoinSet<()> = JoinSet::new();
-    // Source topic -> (partitions running, their task handles).
-    let mut running: BTreeMap<String, (usize, Vec<tokio::task::AbortHandle>)> = BTreeMap::new();
-    let mut discovery = tokio::time::interval(spec.discovery_interval);
-    let mut commits = tokio::time::interval(spec.commit_interval);
-    commits.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    discovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut stop = shutdown.clone();
     let mut map = MapWriter {
         ready: false,
         sync: None,
@@ -156,34 +159,201 @@ pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Rece
         };
         tokio::spawn(syncer.run(entries, shutdown.clone()));
     }
-    loop {
-        tokio::select! {
-            _ = discovery.tick() => discover(&spec, &shared, &partitions, &mut running, &mut tasks).await,
-            _ = commits.tick() => commit(&spec, &shared, &partitions, &mut map).await,
-            Some(_) = tasks.join_next() => {}
-            _ = crate::shut_down(&mut stop) => break,
+    let mut member = Member::new(spec.source.clone(), spec.group.clone(), spec.membership);
+    let mut topics: BTreeMap<String, i32> = BTreeMap::new();
+    let mut owned = Owned::default();
+    let mut stop = shutdown.clone();
+    let mut discovery = tokio::time::interval(spec.discovery_interval);
+    let mut commits = tokio::time::interval(spec.commit_interval);
+    let mut watch_pause = tokio::time::interval(Duration::from_millis(50));
+    for interval in [&mut discovery, &mut commits, &mut watch_pause] {
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    }
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    // When this process last stopped its partitions for a rebalance.
+    let mut paused: Option<Instant> = None;
+    'member: loop {
+        discover(&spec, &mut topics).await;
+        let joined = tokio::select! {
+            joined = member.join(&owned.assigned, &topics) => joined,
+            _ = crate::shut_down(&mut stop) => break 'member,
+        };
+        let joined = match joined {
+            Ok(joined) => joined,
+            Err(e) => {
+                spec.metrics
+                    .errors
+                    .with_label_values(&[&spec.name, "source"])
+                    .inc();
+                tracing::warn!(mirror = %spec.name, group = %spec.group, error = %e, "cannot join the mirror's group on the source; will retry");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff.next_delay()) => continue 'member,
+                    _ = crate::shut_down(&mut stop) => break 'member,
+                }
+            }
+        };
+        backoff.reset();
+        tracing::info!(
+            mirror = %spec.name, group = %spec.group, generation = joined.generation.id,
+            member = %joined.generation.member, leader = joined.leader, partitions = joined.assigned.len(),
+            "joined the mirror's group"
+        );
+        *shared.generation.lock().expect("generation") = Some(joined.generation.clone());
+        spec.metrics.rebalances.with_label_values(&[&spec.name]).inc();
+        spec.metrics
+            .owned
+            .with_label_values(&[&spec.name])
+            .set(joined.assigned.len() as i64);
+        partitions.set_member(Some(Membership {
+            member_id: joined.generation.member.clone(),
+            generation: joined.generation.id,
+            leader: joined.leader,
+            members: joined.members,
+        }));
+        owned.start(&spec, &shared, &partitions, joined.assigned.clone());
+        let mut heartbeats = tokio::time::interval(spec.membership.heartbeat);
+        heartbeats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_beat = Instant::now();
+        let mut stopping = false;
+        loop {
+            tokio::select! {
+                _ = heartbeats.tick() => match member.heartbeat().await {
+                    Ok(Beat::Stable) => last_beat = Instant::now(),
+                    Ok(Beat::Rebalance) => {
+                        tracing::info!(mirror = %spec.name, group = %spec.group, "the mirror's group rebalances: handing over");
+                        break;
+                    }
+                    Err(e) if last_beat.elapsed() >= spec.membership.session => {
+                        tracing::warn!(
+                            mirror = %spec.name, group = %spec.group, error = %e,
+                            "the group coordinator was out of reach for a session timeout: stopping this process's partitions (the others may own them now)"
+                        );
+                        break;
+                    }
+                    Err(e) => tracing::debug!(mirror = %spec.name, error = %e, "heartbeat failed; retrying"),
+                },
+                _ = discovery.tick() => {
+                    discover(&spec, &mut topics).await;
+                    if joined.leader && topics != joined.topics {
+                        tracing::info!(mirror = %spec.name, group = %spec.group, "source topics changed: rebalancing");
+                        break;
+                    }
+                }
+                _ = commits.tick() => commit(&spec, &shared, &partitions, &mut map).await,
+                _ = watch_pause.tick(), if paused.is_some() => {
+                    if owned.streaming(&partitions) {
+                        let pause = paused.take().expect("paused").elapsed();
+                        spec.metrics.rebalance_pause.with_label_values(&[&spec.name]).observe(pause.as_secs_f64());
+                        tracing::info!(mirror = %spec.name, pause_ms = pause.as_millis() as u64, "rebalance done: every owned partition streams");
+                    }
+                }
+                Some(_) = owned.tasks.join_next() => {}
+                _ = crate::shut_down(&mut stop) => {
+                    stopping = true;
+                    break;
+                }
+            }
+        }
+        if stopping {
+            tracing::info!(mirror = %spec.name, "mirror stopping: writing what was fetched");
+        }
+        paused = Some(Instant::now());
+        owned.stop(&spec, &mut member).await;
+        spec.metrics.owned.with_label_values(&[&spec.name]).set(0);
+        commit(&spec, &shared, &partitions, &mut map).await;
+        if stopping {
+            member.leave().await;
+            break;
         }
     }
-    tracing::info!(mirror = %spec.name, "mirror stopping: writing what was fetched");
-    let drained = tokio::time::timeout(spec.shutdown_grace, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(mirror = %spec.name, grace = ?spec.shutdown_grace, "partitions still writing after the shutdown grace; stopping them (they resume exactly on the next start)");
-        tasks.shutdown().await;
-    }
-    commit(&spec, &shared, &partitions, &mut map).await;
+    partitions.set_member(None);
     tracing::info!(mirror = %spec.name, "mirror stopped");
 }
 
-async fn discover(
-    spec: &MirrorSpec,
-    shared: &Arc<Shared>,
-    partitions: &Partitions,
-    running: &mut BTreeMap<String, (usize, Vec<tokio::task::AbortHandle>)>,
-    tasks: &mut JoinSet<()>,
-) {
+/// The partitions this process owns, and their tasks.
+#[derive(Default)]
+struct Owned {
+    /// The partitions of the last assignment.
+    assigned: Vec<TopicPartition>,
+    tasks: JoinSet<()>,
+    /// One per task: true stops it.
+    stops: Vec<watch::Sender<bool>>,
+}
+
+impl Owned {
+    /// Starts a task for each partition of `assigned`. A partition this
+    /// process owned before keeps its state (counters, offset map run).
+    fn start(
+        &mut self,
+        spec: &MirrorSpec,
+        shared: &Arc<Shared>,
+        partitions: &Partitions,
+        assigned: Vec<TopicPartition>,
+    ) {
+        partitions.retain(|topic, partition| assigned.iter().any(|(t, p)| t == topic && *p == partition));
+        shared.partitions.store(assigned.len(), Ordering::Relaxed);
+        for (topic, partition) in &assigned {
+            let state = partitions.get(topic, *partition).unwrap_or_else(|| {
+                let state = Arc::new(PartitionState::new(
+                    topic.as_str().into(),
+                    (spec.rename)(topic).into(),
+                    *partition,
+                ));
+                partitions.insert(state.clone());
+                state
+            });
+            state.set_status(Status::Starting);
+            let span = tracing::info_span!("partition", mirror = %shared.name, topic = %topic, partition);
+            let (stop, stopped) = watch::channel(false);
+            self.stops.push(stop);
+            self.tasks
+                .spawn(partition::run(shared.clone(), state, stopped).instrument(span));
+        }
+        self.assigned = assigned;
+    }
+
+    /// Whether every owned partition streams (or stopped for good).
+    fn streaming(&self, partitions: &Partitions) -> bool {
+        partitions
+            .all()
+            .iter()
+            .all(|s| matches!(s.status(), Status::Running | Status::Stopped(_)))
+    }
+
+    /// Stops every task: fetching stops, what was fetched is written (for
+    /// at most `shutdown_grace`; a partition stopped before that resumes
+    /// exactly from the target's tail wherever it runs next). `member`
+    /// goes on heartbeating meanwhile, so that it stays in the group.
+    async fn stop(&mut self, spec: &MirrorSpec, member: &mut Member) {
+        for stop in self.stops.drain(..) {
+            let _ = stop.send(true);
+        }
+        let deadline = Instant::now() + spec.shutdown_grace;
+        let mut heartbeats = tokio::time::interval(spec.membership.heartbeat);
+        heartbeats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                next = self.tasks.join_next() => if next.is_none() {
+                    return;
+                },
+                _ = heartbeats.tick() => {
+                    let _ = member.heartbeat().await;
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(mirror = %spec.name, grace = ?spec.shutdown_grace, "partitions still writing after the shutdown grace; stopping them (they resume exactly wherever they run next)");
+                    self.tasks.shutdown().await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Reads the source's topics that the mirror takes into `topics` (name,
+/// partitions), each once its target topic exists with as many
+/// partitions (created with the source's configs, or grown). A source
+/// topic that disappears leaves `topics`; its target topic is left alone.
+async fn discover(spec: &MirrorSpec, topics: &mut BTreeMap<String, i32>) {
     let metadata = match spec.source.refresh().await {
         Ok(metadata) => metadata,
         Err(e) => {
@@ -197,7 +367,7 @@ async fn discover(
             continue;
         }
         let count = found.partitions.len();
-        let have = running.get(topic).map_or(0, |(n, _)| *n);
+        let have = topics.get(topic).copied().unwrap_or(0) as usize;
         if count <= have {
             continue;
         }
@@ -223,44 +393,15 @@ async fn discover(
                 continue;
             }
         }
-        let entry = running.entry(topic.clone()).or_default();
-        let source_topic: Arc<str> = topic.as_str().into();
-        let target_topic: Arc<str> = target_topic.into();
-        for partition in have..count {
-            let state = Arc::new(PartitionState::new(
-                source_topic.clone(),
-                target_topic.clone(),
-                partition as i32,
-            ));
-            partitions.insert(state.clone());
-            shared.partitions.fetch_add(1, Ordering::Relaxed);
-            let span = tracing::info_span!(
-                "partition",
-                mirror = %shared.name,
-                topic = %source_topic,
-                partition
-            );
-            entry
-                .1
-                .push(tasks.spawn(partition::run(shared.clone(), state).instrument(span)));
-        }
-        entry.0 = count;
+        topics.insert(topic.clone(), count as i32);
     }
-    let gone: Vec<String> = running
-        .keys()
-        .filter(|t| !metadata.topics.contains_key(*t))
-        .cloned()
-        .collect();
-    for topic in gone {
-        if let Some((count, handles)) = running.remove(&topic) {
-            shared.partitions.fetch_sub(count, Ordering::Relaxed);
+    topics.retain(|topic, _| {
+        let kept = metadata.topics.contains_key(topic);
+        if !kept {
             tracing::warn!(mirror = %spec.name, %topic, "source topic deleted: its partitions stop; the target topic is kept");
-            for handle in handles {
-                handle.abort();
-            }
         }
-        partitions.remove_topic(&topic);
-    }
+        kept
+    });
 }
 
 /// Commits every partition's acknowledged position that moved, after
@@ -298,7 +439,7 @@ async fn commit(spec: &MirrorSpec, shared: &Shared, partitions: &Partitions, map
         }
     }
     let batch: Vec<positions::ToCommit> = due.iter().map(|(_, c, _)| c.clone()).collect();
-    match positions::commit(&spec.source, &spec.group, &batch).await {
+    match positions::commit(&spec.source, &spec.group, shared.generation().as_ref(), &batch).await {
         Ok(()) => {
             for (state, c, _) in due {
                 state.committed(c.offset);

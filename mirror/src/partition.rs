@@ -38,7 +38,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use strait_upstream::{Backoff, Cluster, UpstreamError};
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use crate::batch::{
@@ -67,12 +67,14 @@ const POLL_BYTES: usize = 4 * STAGGER_BELOW;
 /// each idempotent producer and partition to drop retried duplicates.
 const IN_FLIGHT: usize = 5;
 
-/// Mirrors one partition until shutdown (or until it must stop).
-pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>) {
+/// Mirrors one partition until `stop` turns true (the mirror shuts down,
+/// or the partition moves to another process), finishing what it fetched,
+/// or until it must stop.
+pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>, stop: watch::Receiver<bool>) {
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     let mut round = 0u32;
-    let mut shutdown = shared.shutdown.clone();
-    while !shared.shutting_down() {
+    let mut shutdown = stop;
+    while !*shutdown.borrow() {
         round += 1;
         let before = state.acked();
         // Finding where to go on from can be dropped at shutdown (nothing
@@ -83,7 +85,7 @@ pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>) {
             _ = crate::shut_down(&mut shutdown) => return,
         };
         let outcome = match prepared {
-            Ok(prepared) => stream(&shared, &state, prepared).await,
+            Ok(prepared) => stream(&shared, &state, prepared, shutdown.clone()).await,
             Err(e) => Err(e),
         };
         if let Err(e) = &outcome {
@@ -229,10 +231,15 @@ async fn log_density(shared: &Shared, state: &PartitionState) -> Option<(Density
     }
 }
 
-async fn stream(shared: &Shared, state: &PartitionState, prepared: Prepared) -> Result<(), MirrorError> {
+async fn stream(
+    shared: &Shared,
+    state: &PartitionState,
+    prepared: Prepared,
+    stop: watch::Receiver<bool>,
+) -> Result<(), MirrorError> {
     state.set_status(Status::Running);
     let (tx, rx) = mpsc::unbounded_channel();
-    let fetching = fetch_loop(shared, state, prepared.transformer, prepared.log, tx);
+    let fetching = fetch_loop(shared, state, prepared.transformer, prepared.log, tx, stop);
     let producing = produce_loop(shared, state, rx, prepared.stamp);
     tokio::try_join!(fetching, producing).map(|_| ())
 }
@@ -285,9 +292,9 @@ async fn fetch_loop(
     mut transformer: PartitionTransformer,
     log: Option<(Density, i64)>,
     tx: mpsc::UnboundedSender<Piece>,
+    mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), MirrorError> {
     let mut backoff = Backoff::default();
-    let mut shutdown = shared.shutdown.clone();
     // Bytes to ask for when a fetch brought only part of a batch (0: the
     // usual amount).
     let mut grown = 0;

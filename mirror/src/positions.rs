@@ -1,8 +1,9 @@
 //! The mirror's committed positions: consumer group offsets on the source
 //! cluster, under the mirror's group, so ordinary lag tools see them.
 //!
-//! Each commit is standalone (generation -1, no member) and its metadata
-//! string carries the target offset that the committed source offset maps
+//! Each commit carries the generation and member id of the process that
+//! owns the partition in the mirror's group ([`crate::membership`]), and
+//! its metadata string carries the target offset that the committed source offset maps
 //! to (`strait-mirror:v1:target=1234`). On start the mirror reads the
 //! target from there to find exactly what is already mirrored. A source
 //! that drops commit metadata (Tansu 0.6.0 does) leaves only the source
@@ -17,6 +18,8 @@ use kafka_protocol::messages::{ApiKey, GroupId, OffsetCommitRequest, OffsetFetch
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use strait_upstream::{Cluster, UpstreamError};
+
+use crate::membership::Generation;
 
 const METADATA_PREFIX: &str = "strait-mirror:v1:target=";
 
@@ -126,8 +129,13 @@ async fn fetch(
     Ok(found)
 }
 
-/// Commits `positions` under `group` (standalone commits).
-pub async fn commit(source: &Cluster, group: &str, positions: &[ToCommit]) -> Result<(), UpstreamError> {
+/// Commits `positions` under `group` as a member of `generation`.
+pub async fn commit(
+    source: &Cluster,
+    group: &str,
+    generation: Option<&Generation>,
+    positions: &[ToCommit],
+) -> Result<(), UpstreamError> {
     let offsets: Vec<(&str, i32, i64, String)> = positions
         .iter()
         .map(|p| {
@@ -139,7 +147,7 @@ pub async fn commit(source: &Cluster, group: &str, positions: &[ToCommit]) -> Re
             )
         })
         .collect();
-    commit_offsets(source, group, &offsets).await
+    commit_as(source, group, generation, &offsets).await
 }
 
 /// Commits (topic, partition, offset, metadata) under `group` on
@@ -148,6 +156,16 @@ pub async fn commit(source: &Cluster, group: &str, positions: &[ToCommit]) -> Re
 pub async fn commit_offsets(
     cluster: &Cluster,
     group: &str,
+    offsets: &[(&str, i32, i64, String)],
+) -> Result<(), UpstreamError> {
+    commit_as(cluster, group, None, offsets).await
+}
+
+/// Commits as a member of `generation`, or standalone.
+async fn commit_as(
+    cluster: &Cluster,
+    group: &str,
+    generation: Option<&Generation>,
     offsets: &[(&str, i32, i64, String)],
 ) -> Result<(), UpstreamError> {
     if offsets.is_empty() {
@@ -170,10 +188,15 @@ pub async fn commit_offsets(
     }
     let source = cluster;
     let coordinator = source.coordinator(group).await?;
-    let request = OffsetCommitRequest::default()
+    let mut request = OffsetCommitRequest::default()
         .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
         .with_generation_id_or_member_epoch(-1)
         .with_topics(topics);
+    if let Some(generation) = generation {
+        request = request
+            .with_generation_id_or_member_epoch(generation.id)
+            .with_member_id(StrBytes::from_string(generation.member.clone()));
+    }
     let response = coordinator_call(source, group, coordinator.request(&request).await)?;
     for t in &response.topics {
         for p in &t.partitions {

@@ -137,6 +137,7 @@ async fn first_start(shared: &Shared, state: &PartitionState) -> Result<Resumed,
     positions::commit(
         &shared.source,
         &shared.group,
+        shared.generation().as_ref(),
         &[ToCommit {
             topic: state.source_topic.to_string(),
             partition: state.partition,

@@ -7,9 +7,10 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use strait_upstream::Cluster;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::grouped::{Fetcher, Producer};
+use crate::membership::Generation;
 use crate::metrics::MirrorMetrics;
 use crate::state::PartitionState;
 
@@ -62,8 +63,9 @@ pub struct Shared {
     pub staggered_polls: bool,
     /// The largest batch they are merged into.
     pub coalesce_up_to: usize,
-    /// Turns true on shutdown.
-    pub shutdown: watch::Receiver<bool>,
+    /// The generation of the mirror's group this process is in, which its
+    /// commits carry ([`crate::membership`]).
+    pub generation: std::sync::Mutex<Option<Generation>>,
     /// The producer id every partition starts with.
     pub producer_id: tokio::sync::OnceCell<(i64, i16)>,
     /// Histograms and error counters.
@@ -73,8 +75,9 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn shutting_down(&self) -> bool {
-        *self.shutdown.borrow()
+    /// The generation commits carry now.
+    pub(crate) fn generation(&self) -> Option<Generation> {
+        self.generation.lock().expect("generation").clone()
     }
 
     /// Counts an error of `kind` (a [`MirrorError::kind`]) for a partition.

@@ -252,10 +252,25 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// A running mirror's view of its partitions (for metrics and status).
+/// A running mirror's view of the partitions this process owns, and of
+/// its place in the mirror's group (for metrics and status).
 #[derive(Debug, Clone, Default)]
 pub struct Partitions {
     inner: Arc<std::sync::Mutex<ByPartition>>,
+    member: Arc<std::sync::Mutex<Option<Membership>>>,
+}
+
+/// This process in the mirror's group on the source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    /// Its member id.
+    pub member_id: String,
+    /// The generation it joined.
+    pub generation: i32,
+    /// Whether it leads the group (assigns the partitions).
+    pub leader: bool,
+    /// The group's members (known to the leader only; 0 else).
+    pub members: usize,
 }
 
 /// Partition states by (source topic, partition).
@@ -274,11 +289,29 @@ impl Partitions {
             .insert((state.source_topic.to_string(), state.partition), state);
     }
 
-    pub(crate) fn remove_topic(&self, topic: &str) {
+    pub(crate) fn get(&self, topic: &str, partition: i32) -> Option<Arc<PartitionState>> {
         self.inner
             .lock()
             .expect("partitions")
-            .retain(|(t, _), _| t != topic);
+            .get(&(topic.to_owned(), partition))
+            .cloned()
+    }
+
+    /// Keeps the partitions `keep` says yes to.
+    pub(crate) fn retain(&self, keep: impl Fn(&str, i32) -> bool) {
+        self.inner
+            .lock()
+            .expect("partitions")
+            .retain(|(t, p), _| keep(t, *p));
+    }
+
+    /// This process in the mirror's group (none before it joined).
+    pub fn member(&self) -> Option<Membership> {
+        self.member.lock().expect("member").clone()
+    }
+
+    pub(crate) fn set_member(&self, member: Option<Membership>) {
+        *self.member.lock().expect("member") = member;
     }
 }
 

@@ -70,8 +70,10 @@ pub struct MirrorView {
     pub target: String,
     /// Its worst partition's status (`OK` without partitions).
     pub level: Level,
-    /// Partitions by topic and partition.
+    /// Partitions by topic and partition: those this process owns.
     pub partitions: Vec<PartitionView>,
+    /// This process in the mirror's group (none before it joined).
+    pub member: Option<crate::state::Membership>,
 }
 
 /// Samples every mirror's partitions and judges their windows.
@@ -161,6 +163,7 @@ impl Tracker {
                     })
                     .collect();
                 MirrorView {
+                    member: m.partitions.member(),
                     name: m.name.clone(),
                     source: m.source.clone(),
                     target: m.target.clone(),
