@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use common::support::kafka::Kafka;
 use common::support::{self, MirrorProc};
-use common::{env_u64, Res};
+use common::{cluster, env_u64, Res};
 use strait_mirror::offset_map::Translation;
 use strait_mirror::translate::Translator;
 
@@ -49,17 +49,6 @@ fn main() {
         eprintln!("bench-failover: {e}");
         std::process::exit(1);
     }
-}
-
-fn cluster(bootstrap: &str) -> strait_upstream::Cluster {
-    strait_upstream::Cluster::new(
-        "bench",
-        strait_upstream::ClusterOptions {
-            bootstrap: vec![bootstrap.to_owned()],
-            connect: strait_upstream::ConnectOptions::default(),
-            metadata_max_age: Duration::from_secs(60),
-        },
-    )
 }
 
 fn run() -> Res<()> {

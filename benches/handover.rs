@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use common::support::kafka::Kafka;
 use common::support::{self, MirrorProc};
-use common::Res;
+use common::{cluster, Res};
 use serde_json::Value;
 
 const TOPIC: &str = "ho-shared";
@@ -49,17 +49,6 @@ fn main() {
         eprintln!("bench-handover: {e}");
         std::process::exit(1);
     }
-}
-
-fn cluster(bootstrap: &str) -> strait_upstream::Cluster {
-    strait_upstream::Cluster::new(
-        "bench",
-        strait_upstream::ClusterOptions {
-            bootstrap: vec![bootstrap.to_owned()],
-            connect: strait_upstream::ConnectOptions::default(),
-            metadata_max_age: Duration::from_secs(60),
-        },
-    )
 }
 
 /// The target's end of every partition, as the probe saw it.

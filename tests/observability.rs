@@ -57,6 +57,7 @@ mirrors:
     source: dc1
     target: dc2
     topics: "{orders}"
+    group: "{orders}"
     commit_interval: 500ms
     discovery_interval: 1s
 "#,

@@ -234,8 +234,8 @@ pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Rece
                 },
                 _ = discovery.tick() => {
                     discover(&spec, &mut topics).await;
-                    if joined.leader && topics != joined.topics {
-                        tracing::info!(mirror = %spec.name, group = %spec.group, "source topics changed: rebalancing");
+                    if topics != joined.topics {
+                        tracing::info!(mirror = %spec.name, group = %spec.group, "source topics changed: joining again");
                         break;
                     }
                 }
