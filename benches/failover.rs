@@ -35,8 +35,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::support::kafka::Kafka;
-use common::support::{self, MirrorProc};
-use common::{cluster, env_u64, Res};
+use common::support::{self, cluster, MirrorProc};
+use common::{env_u64, Res};
 use strait_mirror::offset_map::Translation;
 use strait_mirror::translate::Translator;
 

@@ -36,8 +36,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::support::kafka::Kafka;
-use common::support::{self, MirrorProc};
-use common::{cluster, Res};
+use common::support::{self, cluster, MirrorProc};
+use common::Res;
 use serde_json::Value;
 
 const TOPIC: &str = "ho-shared";

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::kafka::Kafka;
-use support::{metric, metric_sum, run_client, unique, MirrorProc, Strait, Tansu};
+use support::{cluster, metric, metric_sum, run_client, unique, MirrorProc, Strait, Tansu};
 
 /// A config with clusters `src` and `dst` and one mirror `m` of `topics`
 /// in group [`mirror_group`] (tests share clusters) unless `extra` sets
@@ -1499,17 +1499,6 @@ fn a_transactional_kafka_source_arrives_committed_only() {
 }
 
 /// A cluster client for the library's own calls in tests.
-fn cluster(bootstrap: &str) -> strait_upstream::Cluster {
-    strait_upstream::Cluster::new(
-        "test",
-        strait_upstream::ClusterOptions {
-            bootstrap: vec![bootstrap.to_owned()],
-            connect: strait_upstream::ConnectOptions::default(),
-            metadata_max_age: Duration::from_secs(60),
-        },
-    )
-}
-
 /// Each partition's records as ck_dump reads them: (offset, value).
 fn offsets_and_values(bootstrap: &str, topic: &str, expect: usize) -> BTreeMap<i32, Vec<(i64, String)>> {
     support::dump(bootstrap, topic, expect, 0..3)

@@ -56,19 +56,6 @@ pub fn env_u64(name: &str, default: u64) -> Res<u64> {
     }
 }
 
-/// Strait's own client of the cluster at `bootstrap` (requests the
-/// benches make themselves: ListOffsets, group offsets).
-pub fn cluster(bootstrap: &str) -> strait_upstream::Cluster {
-    strait_upstream::Cluster::new(
-        "bench",
-        strait_upstream::ClusterOptions {
-            bootstrap: vec![bootstrap.to_owned()],
-            connect: strait_upstream::ConnectOptions::default(),
-            metadata_max_age: Duration::from_secs(60),
-        },
-    )
-}
-
 /// `STRAIT_BIN`, or the binary cargo built for the bench.
 pub fn strait_bin() -> PathBuf {
     std::env::var_os("STRAIT_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_strait")), PathBuf::from)

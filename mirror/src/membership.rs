@@ -140,11 +140,6 @@ impl Member {
         }
     }
 
-    /// The generation this member is in, if it joined one.
-    pub fn generation(&self) -> Option<&Generation> {
-        self.generation.as_ref()
-    }
-
     /// Joins the group and returns this member's partitions: `owned` are
     /// the partitions it had (the leader keeps them where that stays
     /// balanced), `topics` the source topics it mirrors (name,

@@ -241,7 +241,8 @@ pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Rece
                 }
                 _ = commits.tick() => commit(&spec, &shared, &partitions, &mut map).await,
                 _ = watch_pause.tick(), if paused.is_some() => {
-                    if owned.streaming(&partitions) {
+                    // Every owned partition streams (or stopped for good).
+                    if partitions.all().iter().all(|s| matches!(s.status(), Status::Running | Status::Stopped(_))) {
                         let pause = paused.take().expect("paused").elapsed();
                         spec.metrics.rebalance_pause.with_label_values(&[&spec.name]).observe(pause.as_secs_f64());
                         tracing::info!(mirror = %spec.name, pause_ms = pause.as_millis() as u64, "rebalance done: every owned partition streams");
@@ -276,8 +277,8 @@ struct Owned {
     /// The partitions of the last assignment.
     assigned: Vec<TopicPartition>,
     tasks: JoinSet<()>,
-    /// One per task: true stops it.
-    stops: Vec<watch::Sender<bool>>,
+    /// True stops every task (the protocol is eager: all stop together).
+    stop: Option<watch::Sender<bool>>,
 }
 
 impl Owned {
@@ -292,6 +293,8 @@ impl Owned {
     ) {
         partitions.retain(|topic, partition| assigned.iter().any(|(t, p)| t == topic && *p == partition));
         shared.partitions.store(assigned.len(), Ordering::Relaxed);
+        let (stop, stopped) = watch::channel(false);
+        self.stop = Some(stop);
         for (topic, partition) in &assigned {
             let state = partitions.get(topic, *partition).unwrap_or_else(|| {
                 let state = Arc::new(PartitionState::new(
@@ -304,20 +307,10 @@ impl Owned {
             });
             state.set_status(Status::Starting);
             let span = tracing::info_span!("partition", mirror = %shared.name, topic = %topic, partition);
-            let (stop, stopped) = watch::channel(false);
-            self.stops.push(stop);
             self.tasks
-                .spawn(partition::run(shared.clone(), state, stopped).instrument(span));
+                .spawn(partition::run(shared.clone(), state, stopped.clone()).instrument(span));
         }
         self.assigned = assigned;
-    }
-
-    /// Whether every owned partition streams (or stopped for good).
-    fn streaming(&self, partitions: &Partitions) -> bool {
-        partitions
-            .all()
-            .iter()
-            .all(|s| matches!(s.status(), Status::Running | Status::Stopped(_)))
     }
 
     /// Stops every task: fetching stops, what was fetched is written (for
@@ -325,7 +318,7 @@ impl Owned {
     /// exactly from the target's tail wherever it runs next). `member`
     /// goes on heartbeating meanwhile, so that it stays in the group.
     async fn stop(&mut self, spec: &MirrorSpec, member: &mut Member) {
-        for stop in self.stops.drain(..) {
+        if let Some(stop) = self.stop.take() {
             let _ = stop.send(true);
         }
         let deadline = Instant::now() + spec.shutdown_grace;

@@ -1519,3 +1519,16 @@ pub fn family_scripts(family: &str) -> (&'static str, &'static str) {
         _ => unreachable!(),
     }
 }
+
+/// Strait's own client of the cluster at `bootstrap`, for the requests a
+/// test or bench makes itself (ListOffsets, group offsets, the offset map).
+pub fn cluster(bootstrap: &str) -> strait_upstream::Cluster {
+    strait_upstream::Cluster::new(
+        "test",
+        strait_upstream::ClusterOptions {
+            bootstrap: vec![bootstrap.to_owned()],
+            connect: strait_upstream::ConnectOptions::default(),
+            metadata_max_age: Duration::from_secs(60),
+        },
+    )
+}
