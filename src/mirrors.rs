@@ -60,6 +60,7 @@ pub fn start(
             coalesce_below: m.coalesce_below.bytes() as usize,
             coalesce_up_to: strait_config::mirror::COALESCE_UP_TO.bytes() as usize,
             staggered_polls: m.staggered_polls,
+            prevent_loops: m.prevent_loops,
             shutdown_grace: Duration::from(config.server.shutdown_grace),
             membership: Timeouts::new(m.session_timeout.into(), config.server.shutdown_grace.into()),
             offset_map_topic: m.offset_map_topic(name),

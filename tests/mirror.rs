@@ -185,6 +185,17 @@ fn background_producer(
     records: usize,
     rate: usize,
 ) -> support::BackgroundClient {
+    background_producer_as("acked", bootstrap, topic, records, rate)
+}
+
+/// [`background_producer`] whose values begin `prefix-`.
+fn background_producer_as(
+    prefix: &str,
+    bootstrap: &str,
+    topic: &str,
+    records: usize,
+    rate: usize,
+) -> support::BackgroundClient {
     support::spawn_client(
         "ck_acked.py",
         &[
@@ -192,6 +203,8 @@ fn background_producer(
             bootstrap,
             "--topic",
             topic,
+            "--value-prefix",
+            prefix,
             "--keyed",
             "--max",
             &records.to_string(),
@@ -2063,7 +2076,11 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
         // have taken far more than 1,200 records: expect at most half of
         // what is left, so the way back has records to read too.
         let left = total - read_first.len();
-        assert!(left >= 200, "{group}: the first read took {} of {total}", read_first.len());
+        assert!(
+            left >= 200,
+            "{group}: the first read took {} of {total}",
+            read_first.len()
+        );
         let expect_then = (left / 2).min(1200).to_string();
         let out = run_client(
             then,
@@ -2143,6 +2160,23 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
     }
 }
 
+/// A config of two mirrors in opposite directions between `nj` and `cq`
+/// (`nj-to-cq`, `cq-to-nj`), each with the lines `mirror(from, to)` gives.
+fn both_ways(nj: &Kafka, cq: &Kafka, mirror: impl Fn(&str, &str) -> String) -> String {
+    let mut config = format!(
+        "clusters:\n  nj: {{ bootstrap: [\"{}\"] }}\n  cq: {{ bootstrap: [\"{}\"] }}\nadmin:\n  listen: \"{{admin}}\"\nmirrors:\n",
+        nj.bootstrap(),
+        cq.bootstrap()
+    );
+    for (from, to) in [("nj", "cq"), ("cq", "nj")] {
+        config += &format!(
+            "  {from}-to-{to}:\n    source: {from}\n    target: {to}\n    commit_interval: 500ms\n    discovery_interval: 1s\n{}",
+            mirror(from, to)
+        );
+    }
+    config
+}
+
 /// Two mirrors in opposite directions, producers on both sides: each
 /// renames after the origin (`nj.<topic>` on cq, `cq.<topic>` on nj) and
 /// excludes the other's copies, as `strait check` requires. Every record
@@ -2156,34 +2190,11 @@ fn mirrors_both_ways_copy_each_record_once_and_never_back_kafka_to_kafka() {
     nj.create_topic(&topic, 2, &[]);
     cq.create_topic(&topic, 2, &[]);
     let selects = format!("(cq\\\\.|nj\\\\.)*{topic}");
-    let config = format!(
-        r#"
-clusters:
-  nj: {{ bootstrap: ["{nj}"] }}
-  cq: {{ bootstrap: ["{cq}"] }}
-admin:
-  listen: "{{admin}}"
-mirrors:
-  nj-to-cq:
-    source: nj
-    target: cq
-    topics: "{selects}"
-    exclude: "__.*|cq\\..*"
-    rename: "nj.{{topic}}"
-    commit_interval: 500ms
-    discovery_interval: 1s
-  cq-to-nj:
-    source: cq
-    target: nj
-    topics: "{selects}"
-    exclude: "__.*|nj\\..*"
-    rename: "cq.{{topic}}"
-    commit_interval: 500ms
-    discovery_interval: 1s
-"#,
-        nj = nj.bootstrap(),
-        cq = cq.bootstrap()
-    );
+    let config = both_ways(nj, cq, |from, to| {
+        format!(
+            "    topics: \"{selects}\"\n    exclude: \"__.*|{to}\\\\..*\"\n    rename: \"{from}.{{topic}}\"\n"
+        )
+    });
     let mirror = MirrorProc::start(&config);
     let mut from_nj = background_producer(&nj.bootstrap(), &topic, 1500, 500);
     let mut from_cq = background_producer(&cq.bootstrap(), &topic, 1000, 500);
@@ -2231,6 +2242,134 @@ mirrors:
         metric_sum(&mirror.get("/metrics"), "strait_mirror_records_total", "") >= 2500.0,
         "both mirrors copied"
     );
+}
+
+/// Two mirrors in opposite directions that keep topic names, with loop
+/// prevention on both, producers on both sides, and the mirror process
+/// SIGKILLed and restarted while they write (so that it resumes past the
+/// target's own producers' batches). Each side's topic ends up with its own
+/// records and one copy of each of the other side's, in the other side's
+/// order per partition, marked with their origin; no record comes back,
+/// and no topic grows by itself.
+#[test]
+fn mirrors_both_ways_with_the_same_names_and_loop_prevention_copy_each_record_once_kafka_to_kafka() {
+    let nj = Kafka::shared();
+    let cq = Kafka::second();
+    let topic = unique("loops");
+    nj.create_topic(&topic, 2, &[]);
+    cq.create_topic(&topic, 2, &[]);
+    let config = both_ways(nj, cq, |from, to| {
+        format!(
+            "    topics: \"{topic}\"\n    group: \"{topic}.{from}-to-{to}\"\n    prevent_loops: true\n    session_timeout: 6s\n"
+        )
+    });
+    let mut mirror = MirrorProc::start(&config);
+    let (nj_total, cq_total) = (1500, 1000);
+    let mut from_nj = background_producer_as("nj", &nj.bootstrap(), &topic, nj_total, 300);
+    let mut from_cq = background_producer_as("cq", &cq.bootstrap(), &topic, cq_total, 200);
+    std::thread::sleep(Duration::from_secs(2));
+    mirror.restart();
+    from_nj.wait(Duration::from_secs(120));
+    from_cq.wait(Duration::from_secs(120));
+    assert_eq!(acked(&from_nj), nj_total, "{}", from_nj.describe());
+    assert_eq!(acked(&from_cq), cq_total, "{}", from_cq.describe());
+    let total = nj_total + cq_total;
+    // Per partition: (value, origin header) in offset order.
+    type Log = BTreeMap<String, Vec<(String, Option<String>)>>;
+    let read = |bootstrap: &str| -> Log {
+        support::dump(bootstrap, &topic, total, 0..6)
+            .into_iter()
+            .map(|(p, records)| {
+                let records = records
+                    .iter()
+                    .map(|r| {
+                        let origin = r[3].as_array().unwrap().iter().find_map(|h| {
+                            (h[0] == "strait.origin").then(|| h[1].as_str().unwrap().to_owned())
+                        });
+                        (r[2].as_str().unwrap().to_owned(), origin)
+                    })
+                    .collect();
+                (p, records)
+            })
+            .collect()
+    };
+    let (on_nj, on_cq) = (read(&nj.bootstrap()), read(&cq.bootstrap()));
+    let mine = |log: &Log, prefix: &str| -> BTreeMap<String, Vec<(String, Option<String>)>> {
+        log.iter()
+            .map(|(p, records)| {
+                let records = records
+                    .iter()
+                    .filter(|(v, _)| v.starts_with(prefix))
+                    .cloned()
+                    .collect();
+                (p.clone(), records)
+            })
+            .collect()
+    };
+    let origin_of = |log: &Log, prefix: &str| -> std::collections::BTreeSet<Option<String>> {
+        mine(log, prefix)
+            .values()
+            .flatten()
+            .map(|(_, o)| o.clone())
+            .collect()
+    };
+    for (side, log, home, away, home_total, away_total) in [
+        ("nj", &on_nj, "nj-", "cq-", nj_total, cq_total),
+        ("cq", &on_cq, "cq-", "nj-", cq_total, nj_total),
+    ] {
+        let count = |prefix| mine(log, prefix).values().map(Vec::len).sum::<usize>();
+        assert_eq!(count(home), home_total, "{side}'s own records on {side}");
+        assert_eq!(
+            count(away),
+            away_total,
+            "the other side's records on {side}, each once"
+        );
+        assert_eq!(
+            log.values().map(Vec::len).sum::<usize>(),
+            total,
+            "{side} holds nothing else"
+        );
+        assert_eq!(
+            origin_of(log, home),
+            [None].into(),
+            "{side}'s own records carry no origin"
+        );
+    }
+    // Copies carry their origin's cluster id; the two ids differ.
+    let (nj_id, cq_id) = (origin_of(&on_cq, "nj-"), origin_of(&on_nj, "cq-"));
+    assert_eq!(
+        (nj_id.len(), cq_id.len()),
+        (1, 1),
+        "one origin each: {nj_id:?} {cq_id:?}"
+    );
+    assert!(nj_id.iter().chain(&cq_id).all(Option::is_some));
+    assert_ne!(nj_id, cq_id);
+    // Each side's records appear on the other side in their own order.
+    let values = |log: &Log, prefix: &str| -> BTreeMap<String, Vec<String>> {
+        mine(log, prefix)
+            .into_iter()
+            .map(|(p, records)| (p, records.into_iter().map(|(v, _)| v).collect()))
+            .collect()
+    };
+    assert_eq!(
+        values(&on_cq, "nj-"),
+        values(&on_nj, "nj-"),
+        "nj's records on cq, in order"
+    );
+    assert_eq!(
+        values(&on_nj, "cq-"),
+        values(&on_cq, "cq-"),
+        "cq's records on nj, in order"
+    );
+    // Nothing comes round later.
+    std::thread::sleep(Duration::from_secs(3));
+    for (side, bootstrap) in [("nj", nj.bootstrap()), ("cq", cq.bootstrap())] {
+        assert_eq!(
+            ends(&bootstrap, &topic).values().sum::<i64>(),
+            total as i64,
+            "{side}'s topic did not grow by itself"
+        );
+    }
 }
 
 /// What a mirror process's `/api/v1/mirrors` says of its share: the

@@ -185,6 +185,12 @@ impl<'a> Headers<'a> {
             left: self.count,
         }
     }
+
+    /// The value of the first header named `key` (`Some(None)` when its
+    /// value is null), `None` when there is none.
+    pub fn get(&self, key: &[u8]) -> Option<Option<&'a [u8]>> {
+        self.iter().find(|h| h.key == key).map(|h| h.value)
+    }
 }
 
 /// One record header.
@@ -361,32 +367,51 @@ fn field_len(field: Option<&[u8]>) -> usize {
 }
 
 impl RawRecord<'_> {
-    /// Encoded size of the record with these deltas, its length prefix
-    /// included.
-    pub fn encoded_len(&self, timestamp_delta: i64, offset_delta: i64) -> usize {
-        let body = self.body_len(timestamp_delta, offset_delta);
+    /// Encoded size of the record with these deltas (and `extra`, a header
+    /// after its own, if any), its length prefix included.
+    pub fn encoded_len(&self, timestamp_delta: i64, offset_delta: i64, extra: Option<Header<'_>>) -> usize {
+        let body = self.body_len(timestamp_delta, offset_delta, extra);
         varint_len(body as i64) + body
     }
 
-    fn body_len(&self, timestamp_delta: i64, offset_delta: i64) -> usize {
+    fn body_len(&self, timestamp_delta: i64, offset_delta: i64, extra: Option<Header<'_>>) -> usize {
+        let (count, extra_len) = match extra {
+            None => (self.headers.len(), 0),
+            Some(h) => (
+                self.headers.len() + 1,
+                field_len(Some(h.key)) + field_len(h.value),
+            ),
+        };
         1 + varint_len(timestamp_delta)
             + varint_len(offset_delta)
             + field_len(self.key)
             + field_len(self.value)
-            + varint_len(self.headers.len() as i64)
+            + varint_len(count as i64)
             + self.headers.raw().len()
+            + extra_len
     }
 
     /// Appends the record as Kafka encodes it, with these deltas: length,
-    /// attributes, timestamp and offset deltas, key, value, headers.
-    pub fn write(&self, out: &mut Vec<u8>, timestamp_delta: i64, offset_delta: i64) {
-        write_varint(out, self.body_len(timestamp_delta, offset_delta) as i64);
+    /// attributes, timestamp and offset deltas, key, value, headers (its
+    /// own, then `extra` if any).
+    pub fn write(
+        &self,
+        out: &mut Vec<u8>,
+        timestamp_delta: i64,
+        offset_delta: i64,
+        extra: Option<Header<'_>>,
+    ) {
+        write_varint(out, self.body_len(timestamp_delta, offset_delta, extra) as i64);
         out.push(self.attributes);
         write_varint(out, timestamp_delta);
         write_varint(out, offset_delta);
         write_bytes(out, self.key);
         write_bytes(out, self.value);
-        write_varint(out, self.headers.len() as i64);
+        write_varint(out, (self.headers.len() + usize::from(extra.is_some())) as i64);
         out.extend_from_slice(self.headers.raw());
+        if let Some(h) = extra {
+            write_bytes(out, Some(h.key));
+            write_bytes(out, h.value);
+        }
     }
 }

@@ -210,6 +210,15 @@ pub struct MirrorConfig {
     /// link (partitions with a backlog are unaffected). Default `true`;
     /// `false` where cross-datacenter bytes are dear.
     pub staggered_polls: bool,
+    /// Mark every record with the cluster it was first written to (a
+    /// `strait.origin` header holding that cluster's Kafka cluster id,
+    /// added where a record has none) and leave out records whose origin is
+    /// the target: two mirrors in opposite directions that both set it may
+    /// keep topic names both ways without copying a record back. Every
+    /// batch is then decoded and built anew (its records with one header
+    /// more), which costs CPU and a few bytes per record; batches are no
+    /// longer passed through. Default `false`.
+    pub prevent_loops: bool,
     /// The topic on the target cluster where the mirror keeps its offset
     /// map (which target offset each source record went to), for
     /// `strait mirror translate-offsets`. Default
@@ -246,6 +255,7 @@ impl Default for MirrorConfig {
             on_lost_records: OnLostRecords::default(),
             coalesce_below: ByteSize::b(0),
             staggered_polls: true,
+            prevent_loops: false,
             offset_map_topic: None,
             offset_map_retention: DEFAULT_OFFSET_MAP_RETENTION,
             sync_group_offsets: None,
@@ -516,7 +526,11 @@ pub(crate) fn validate(
                     ),
                 ));
             }
-            if a.source == b.target && a.target == b.source && a.source != a.target {
+            if a.source == b.target
+                && a.target == b.source
+                && a.source != a.target
+                && !(a.prevent_loops && b.prevent_loops)
+            {
                 check_no_round_trip(
                     prefix,
                     (a_name, a, a_filter, a_template),
@@ -613,8 +627,9 @@ fn check_no_round_trip(prefix: &str, a: Checked<'_>, b: Checked<'_>) -> Result<(
         format!(
             "mirrors `{}` and `{}` copy in opposite directions between `{}` and `{}`, and records \
              would go round: {}; rename each mirror's topics after their origin (such as `{x}.{{topic}}` \
-             and `{y}.{{topic}}`) and exclude the other's (`{}` in `{}`, `{}` in `{}`). Marking each \
-             record's origin in a header, for topics that keep their names both ways, is not built yet",
+             and `{y}.{{topic}}`) and exclude the other's (`{}` in `{}`, `{}` in `{}`), or set \
+             `prevent_loops: true` on both mirrors to keep the names both ways (each record's origin \
+             goes in a header{})",
             a.0,
             b.0,
             a.1.source,
@@ -624,6 +639,11 @@ fn check_no_round_trip(prefix: &str, a: Checked<'_>, b: Checked<'_>) -> Result<(
             a.0,
             regex::escape(&format!("{x}.")) + ".*",
             b.0,
+            match (a.1.prevent_loops, b.1.prevent_loops) {
+                (true, false) => format!("; `{}` sets it, `{}` does not", a.0, b.0),
+                (false, true) => format!("; `{}` sets it, `{}` does not", b.0, a.0),
+                _ => String::new(),
+            },
         ),
     ))
 }

@@ -404,6 +404,7 @@ mirrors:
     on_lost_records: continue
     coalesce_below: 0B
     staggered_polls: true
+    prevent_loops: false
     offset_map_topic: __strait_mirror_offsets.nj-to-cq
     offset_map_retention: 7d
 routes:

@@ -392,6 +392,9 @@ pub enum Skipped {
     BeforePosition,
     /// No records (left by log compaction).
     Empty,
+    /// Every record came from the target in the first place (loop
+    /// prevention, [`Origins`]).
+    FromTarget,
 }
 
 /// Why a batch was re-encoded rather than passed through (one or more).
@@ -408,11 +411,54 @@ pub struct ReEncodeReasons {
     pub too_large: bool,
     /// Small batches merged into one ([`coalesce`]).
     pub coalesced: bool,
+    /// Loop prevention ([`Origins`]): records marked with their origin,
+    /// or left out for theirs.
+    pub origins: bool,
 }
 
 impl ReEncodeReasons {
     fn any(&self) -> bool {
-        self.offset_gaps || self.before_position || self.log_append_time || self.too_large || self.coalesced
+        self.offset_gaps
+            || self.before_position
+            || self.log_append_time
+            || self.too_large
+            || self.coalesced
+            || self.origins
+    }
+}
+
+/// The record header loop prevention marks records with: the Kafka cluster
+/// id of the cluster a record was first written to.
+pub const ORIGIN_HEADER: &[u8] = b"strait.origin";
+
+/// Loop prevention (a mirror's `prevent_loops`), for two mirrors in
+/// opposite directions that keep topic names: every record leaves with an
+/// [`ORIGIN_HEADER`] (the source's cluster id, added where the record has
+/// none), and a record whose origin is the target is left out, since it is
+/// a copy of one the target had first. Every batch is re-encoded.
+///
+/// A record left out is a gap in the source offsets the target batches
+/// hold ([`SourceRange`]), as log compaction leaves them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Origins {
+    /// The source's cluster id: the origin of records that carry none.
+    pub source: Arc<[u8]>,
+    /// The target's cluster id: records from there are left out.
+    pub target: Arc<[u8]>,
+}
+
+impl Origins {
+    /// What becomes of `record`: left out (`None`), or kept with the header
+    /// to add to it (`Some(None)`: it has its origin already).
+    fn mark<'o>(&'o self, record: &RawRecord<'_>) -> Option<Option<wire::Header<'o>>> {
+        match record.headers.get(ORIGIN_HEADER) {
+            Some(Some(origin)) if origin == &*self.target => None,
+            Some(_) => Some(None),
+            None => Some(Some(wire::Header {
+                key: ORIGIN_HEADER,
+                value: Some(&self.source),
+            })),
+        }
     }
 }
 
@@ -632,6 +678,7 @@ impl<'a> Transformed<'a> {
 #[derive(Debug, Clone)]
 pub struct PartitionTransformer {
     options: TransformOptions,
+    origins: Option<Arc<Origins>>,
     position: i64,
     /// One past the last offset of the last batch fed (`None` before any).
     fed_to: Option<i64>,
@@ -646,11 +693,29 @@ impl PartitionTransformer {
     pub fn new(position: i64, options: TransformOptions) -> Self {
         PartitionTransformer {
             options,
+            origins: None,
             position,
             fed_to: None,
             pending: BTreeSet::new(),
             aborting: BTreeSet::new(),
         }
+    }
+
+    /// The same transformer with loop prevention ([`Origins`]) on or off.
+    pub fn with_origins(mut self, origins: Option<Arc<Origins>>) -> Self {
+        self.origins = origins;
+        self
+    }
+
+    /// A new transformer with the same settings, from `position` (the
+    /// mirror fetches from another offset).
+    pub fn starting_at(&self, position: i64) -> Self {
+        PartitionTransformer::new(position, self.options).with_origins(self.origins.clone())
+    }
+
+    /// Loop prevention's cluster ids, when it is on.
+    pub fn origins(&self) -> Option<&Arc<Origins>> {
+        self.origins.as_ref()
     }
 
     /// The next source offset to mirror (where the next fetch starts).
@@ -710,7 +775,7 @@ impl PartitionTransformer {
         } else if h.record_count == 0 {
             Err(Skipped::Empty)
         } else {
-            self.convert(batch)?.ok_or(Skipped::BeforePosition)
+            self.convert(batch)?
         };
         // Nothing failed: commit the state.
         self.pending.retain(|&(first, _)| first > last);
@@ -728,8 +793,11 @@ impl PartitionTransformer {
     }
 
     /// The target batches of a data batch that is neither aborted nor
-    /// wholly before the position; `None` if no record is left.
-    fn convert<'a>(&self, batch: &SourceBatch<'a>) -> Result<Option<Vec<TargetBatch<'a>>>, TransformError> {
+    /// wholly before the position, or why none is left.
+    fn convert<'a>(
+        &self,
+        batch: &SourceBatch<'a>,
+    ) -> Result<Result<Vec<TargetBatch<'a>>, Skipped>, TransformError> {
         let h = batch.header;
         let codec = match h.compression() {
             Compression::Unknown(codec) => {
@@ -746,6 +814,7 @@ impl PartitionTransformer {
             log_append_time: h.log_append_time(),
             too_large: batch.bytes.len() > self.options.max_batch_bytes,
             coalesced: false,
+            origins: self.origins.is_some(),
         };
         let section = if reasons.any() || codec == Compression::None {
             Some(
@@ -767,29 +836,45 @@ impl PartitionTransformer {
             None => None,
         };
         let Some(records) = records.filter(|_| reasons.any()) else {
-            return Ok(Some(vec![TargetBatch {
+            return Ok(Ok(vec![TargetBatch {
                 bytes: Cow::Borrowed(batch.bytes),
                 kind: TargetKind::PassedThrough,
                 source: SourceRange::consecutive(h.base_offset, h.record_count),
                 last_offset_delta: h.last_offset_delta,
             }]));
         };
-        let kept: Vec<Kept<'_>> = records
+        let timestamp = |record: &RawRecord<'_>| {
+            if h.log_append_time() {
+                h.max_timestamp
+            } else {
+                h.base_timestamp.wrapping_add(record.timestamp_delta)
+            }
+        };
+        let after: Vec<&RawRecord<'_>> = records
             .iter()
-            .map(|record| Kept {
-                offset: h.base_offset + record.offset_delta,
-                timestamp: if h.log_append_time() {
-                    h.max_timestamp
-                } else {
-                    h.base_timestamp.wrapping_add(record.timestamp_delta)
-                },
-                record,
-            })
-            .filter(|k| k.offset >= self.position)
+            .filter(|r| h.base_offset + r.offset_delta >= self.position)
             .collect();
-        reasons.before_position = kept.len() < records.len();
+        reasons.before_position = after.len() < records.len();
+        if after.is_empty() {
+            return Ok(Err(Skipped::BeforePosition));
+        }
+        let kept: Vec<Kept<'_>> = after
+            .into_iter()
+            .filter_map(|record| {
+                let extra = match &self.origins {
+                    Some(origins) => origins.mark(record)?,
+                    None => None,
+                };
+                Some(Kept {
+                    offset: h.base_offset + record.offset_delta,
+                    timestamp: timestamp(record),
+                    record,
+                    extra,
+                })
+            })
+            .collect();
         if kept.is_empty() {
-            return Ok(None);
+            return Ok(Err(Skipped::FromTarget));
         }
         let ratio = match &section {
             Some(Cow::Owned(plain)) if !plain.is_empty() => (batch.bytes.len() - HEADER_LEN, plain.len()),
@@ -805,7 +890,7 @@ impl PartitionTransformer {
                 last_offset_delta: (range.end - range.start - 1) as i32,
             })
             .collect();
-        Ok(Some(batches))
+        Ok(Ok(batches))
     }
 }
 
@@ -870,12 +955,13 @@ fn is_abort_marker(batch: &SourceBatch<'_>, limit: usize) -> Result<bool, Transf
 }
 
 /// A record kept for a re-encoded batch: its source offset, its timestamp as
-/// consumers see it, and its fields.
+/// consumers see it, its fields, and a header to add ([`Origins`]).
 #[derive(Debug, Clone, Copy)]
 struct Kept<'r> {
     offset: i64,
     timestamp: i64,
     record: &'r RawRecord<'r>,
+    extra: Option<wire::Header<'r>>,
 }
 
 /// One batch of [`pack`]: its bytes and the records it holds.
@@ -964,8 +1050,12 @@ fn encode(kept: &[Kept<'_>], codec: Compression) -> Vec<u8> {
     let max_timestamp = kept.iter().map(|k| k.timestamp).max().unwrap_or(base_timestamp);
     let mut section = Vec::with_capacity(section_len(kept));
     for (i, k) in kept.iter().enumerate() {
-        k.record
-            .write(&mut section, k.timestamp.wrapping_sub(base_timestamp), i as i64);
+        k.record.write(
+            &mut section,
+            k.timestamp.wrapping_sub(base_timestamp),
+            i as i64,
+            k.extra,
+        );
     }
     let (codec, section) = match codec {
         Compression::None => (codec, section),
@@ -989,7 +1079,7 @@ fn encode(kept: &[Kept<'_>], codec: Compression) -> Vec<u8> {
 /// Encoded size of a record (length prefix included) with these deltas.
 fn record_len(k: &Kept<'_>, base_timestamp: i64, offset_delta: i64) -> usize {
     k.record
-        .encoded_len(k.timestamp.wrapping_sub(base_timestamp), offset_delta)
+        .encoded_len(k.timestamp.wrapping_sub(base_timestamp), offset_delta, k.extra)
 }
 
 /// Merges runs of consecutive small target batches (each under `below`
@@ -1077,6 +1167,7 @@ pub fn coalesce(
                 offset: first.source.first_offset,
                 timestamp: h.base_timestamp.wrapping_add(record.timestamp_delta),
                 record,
+                extra: None,
             })
         })
         .collect();

@@ -79,6 +79,9 @@ pub struct MirrorSpec {
     /// a round trip after the first: lower latency for more bytes across
     /// the link.
     pub staggered_polls: bool,
+    /// Marks records with their origin and leaves out the target's own
+    /// ([`crate::batch::Origins`]).
+    pub prevent_loops: bool,
     /// How long shutdown waits for fetched records to be written.
     pub shutdown_grace: Duration,
     /// The mirror's group membership on the source: session, rebalance
@@ -129,6 +132,8 @@ pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Rece
         coalesce_below: spec.coalesce_below,
         coalesce_up_to: spec.coalesce_up_to,
         staggered_polls: spec.staggered_polls,
+        prevent_loops: spec.prevent_loops,
+        origins: tokio::sync::OnceCell::new(),
         generation: std::sync::Mutex::new(None),
         producer_id: tokio::sync::OnceCell::new(),
         metrics: spec.metrics.clone(),

@@ -175,8 +175,12 @@ async fn prepare(shared: &Shared, state: &PartitionState, round: u32) -> Result<
         .await
         .map_err(error::target)?;
     let options = TransformOptions::new(max_batch);
+    let origins = shared.origins().await?;
     // The source log's density is asked for meanwhile: no round trip more.
-    let (resumed, log) = tokio::join!(resume::resume(shared, state, options), log_density(shared, state));
+    let (resumed, log) = tokio::join!(
+        resume::resume(shared, state, options, origins.clone()),
+        log_density(shared, state)
+    );
     let resumed = resumed?;
     resumed.record(state);
     let (source_offset, _) = resumed.at;
@@ -193,7 +197,7 @@ async fn prepare(shared: &Shared, state: &PartitionState, round: u32) -> Result<
         init_producer_id(&shared.target).await.map_err(error::target)?
     };
     Ok(Prepared {
-        transformer: PartitionTransformer::new(source_offset, options),
+        transformer: PartitionTransformer::new(source_offset, options).with_origins(origins),
         stamp: ProducerStamp {
             producer_id,
             producer_epoch,
@@ -417,7 +421,7 @@ async fn fetch_loop(
             Err(e) if e.code() == Some(ResponseError::OffsetOutOfRange) => {
                 flights.clear();
                 let moved = out_of_range(shared, state, position).await?;
-                transformer = PartitionTransformer::new(moved, transformer.options());
+                transformer = transformer.starting_at(moved);
                 let _ = tx.send(Piece::Position(moved));
                 continue;
             }

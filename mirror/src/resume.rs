@@ -14,7 +14,11 @@
 //!   process acknowledged the point itself): source offset C maps to target
 //!   offset T. Every target batch from T on must be, in order, made of the
 //!   next batches the source gives from C; the partition goes on after the
-//!   last one. A mismatch stops the partition ([`MirrorError::Diverged`]).
+//!   last one. A mismatch stops the partition ([`MirrorError::Diverged`]),
+//!   except with loop prevention ([`batch::Origins`]): topics that keep
+//!   their names both ways have other writers on the target (its own
+//!   producers), so a target batch that is not the next source batches is
+//!   theirs and is stepped over.
 //! - **Source offset only** (a source that drops commit metadata, as Tansu
 //!   0.6.0 does): the target's last batch is looked for among the batches
 //!   the source gives from C, alone or as a run of them merged
@@ -25,6 +29,7 @@
 //!   anything, so a crash before the first periodic commit still leaves a
 //!   known point.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -36,7 +41,7 @@ use kafka_protocol::ResponseError;
 use strait_upstream::{Cluster, UpstreamError};
 
 use crate::batch::{
-    self, Coalesced, FetchedBatches, Fingerprint, PartitionTransformer, SourceBatch, SourceRange,
+    self, Coalesced, FetchedBatches, Fingerprint, Origins, PartitionTransformer, SourceBatch, SourceRange,
     TargetBatch, TransformOptions,
 };
 use crate::error::{self, MirrorError};
@@ -91,7 +96,9 @@ pub async fn resume(
     shared: &Shared,
     state: &PartitionState,
     options: TransformOptions,
+    origins: Option<Arc<Origins>>,
 ) -> Result<Resumed, MirrorError> {
+    let source = |from| SourceCursor::new(shared, state, from, options, origins);
     let acked = state.acked();
     let (source_offset, target_offset) = match acked {
         Some((s, t)) => (s, Some(t)),
@@ -112,16 +119,14 @@ pub async fn resume(
     };
     match target_offset {
         Some(t) => {
-            let mut walked = walk(shared, state, options, source_offset, t).await?;
+            let mut walked = walk(shared, state, source, source_offset, t).await?;
             if acked.is_none() && walked.start.is_none() {
                 // A new process: the map starts over at the commit.
                 walked.start = Some((source_offset, t));
             }
             Ok(walked)
         }
-        None => align(shared, state, options, source_offset)
-            .await
-            .map(Resumed::at),
+        None => align(shared, state, source, source_offset).await.map(Resumed::at),
     }
 }
 
@@ -156,15 +161,16 @@ async fn first_start(shared: &Shared, state: &PartitionState) -> Result<Resumed,
 }
 
 /// Known point: compare the target from `t` with the source from `s`.
-async fn walk(
+async fn walk<'a>(
     shared: &Shared,
     state: &PartitionState,
-    options: TransformOptions,
+    source: impl FnOnce(i64) -> SourceCursor<'a>,
     s: i64,
     t: i64,
 ) -> Result<Resumed, MirrorError> {
-    let mut source = SourceCursor::new(shared, state, s, options);
+    let mut source = source(s);
     let (mut s_next, mut t_next) = (s, t);
+    let mut stepped_over = 0u64;
     let mut found_batches = Vec::new();
     let mut offset = t;
     loop {
@@ -201,25 +207,41 @@ async fn walk(
             // (`coalesce_below`), as many as hold its records.
             let mut run = Vec::new();
             let mut held = 0i64;
+            let mut short = false;
             while held < i64::from(header.record_count) {
                 let Some(ours) = source.next().await? else {
-                    return Err(diverged(
-                        state,
-                        format!(
-                            "the target holds a batch at offset {} that the source does not have after offset {s}",
-                            header.base_offset
-                        ),
-                    ));
+                    short = true;
+                    break;
                 };
                 held += i64::from(ours.record_count());
                 run.push(ours);
             }
             let source_next = run.last().map_or(s_next, |b| b.source().last_offset + 1);
-            let same = held == i64::from(header.record_count)
-                && batch::made_of(&run, theirs, options).map_err(|error| MirrorError::SourceData {
-                    offset: s_next,
-                    error,
+            let same = !short
+                && held == i64::from(header.record_count)
+                && batch::made_of(&run, theirs, source.options()).map_err(|error| {
+                    MirrorError::SourceData {
+                        offset: s_next,
+                        error,
+                    }
                 })?;
+            if !same && source.prevents_loops() {
+                // Another writer's batch: the next source batches may
+                // still follow it.
+                source.unread(run);
+                stepped_over += 1;
+                offset = found.last_offset() + 1;
+                continue;
+            }
+            if short {
+                return Err(diverged(
+                    state,
+                    format!(
+                        "the target holds a batch at offset {} that the source does not have after offset {s}",
+                        header.base_offset
+                    ),
+                ));
+            }
             if !same {
                 return Err(diverged(
                     state,
@@ -243,6 +265,7 @@ async fn walk(
                 tracing::info!(
                     mirror = %shared.name, topic = %state.source_topic, partition = state.partition,
                     committed = s, resumes_at = s_next, already_on_target = s_next - s,
+                    other_writers_batches = stepped_over,
                     "records after the committed position were already on the target; not sending them again"
                 );
             }
@@ -257,18 +280,18 @@ async fn walk(
 
 /// Source offset only: find the target's last batch among the source's
 /// batches from `s`.
-async fn align(
+async fn align<'a>(
     shared: &Shared,
     state: &PartitionState,
-    options: TransformOptions,
+    source: impl FnOnce(i64) -> SourceCursor<'a>,
     s: i64,
 ) -> Result<(i64, i64), MirrorError> {
     let (end, last) = target_tail(&shared.target, &state.target_topic, state.partition).await?;
     let Some((last, records)) = last else {
         return Ok((s, end));
     };
-    let mut source = SourceCursor::new(shared, state, s, options);
-    let mut looking = Coalesced::matching(records, last, options);
+    let mut source = source(s);
+    let mut looking = Coalesced::matching(records, last, source.options());
     while let Some(ours) = source.next().await? {
         let source_next = ours.source().last_offset + 1;
         let found = looking.push(ours).map_err(|error| MirrorError::SourceData {
@@ -316,13 +339,34 @@ struct SourceCursor<'a> {
 }
 
 impl<'a> SourceCursor<'a> {
-    fn new(shared: &'a Shared, state: &'a PartitionState, from: i64, options: TransformOptions) -> Self {
+    fn new(
+        shared: &'a Shared,
+        state: &'a PartitionState,
+        from: i64,
+        options: TransformOptions,
+        origins: Option<Arc<Origins>>,
+    ) -> Self {
         SourceCursor {
             shared,
             state,
-            transformer: PartitionTransformer::new(from, options),
+            transformer: PartitionTransformer::new(from, options).with_origins(origins),
             ready: Default::default(),
             done: false,
+        }
+    }
+
+    fn options(&self) -> TransformOptions {
+        self.transformer.options()
+    }
+
+    fn prevents_loops(&self) -> bool {
+        self.transformer.origins().is_some()
+    }
+
+    /// Puts `batches` back in front, to be given again.
+    fn unread(&mut self, batches: Vec<TargetBatch<'static>>) {
+        for batch in batches.into_iter().rev() {
+            self.ready.push_front(batch);
         }
     }
 

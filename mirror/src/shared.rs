@@ -9,6 +9,8 @@ use std::sync::Arc;
 use strait_upstream::Cluster;
 use tokio::sync::Semaphore;
 
+use crate::batch::Origins;
+use crate::error::{self, MirrorError};
 use crate::grouped::{Fetcher, Producer};
 use crate::membership::Generation;
 use crate::metrics::MirrorMetrics;
@@ -63,6 +65,11 @@ pub struct Shared {
     pub staggered_polls: bool,
     /// The largest batch they are merged into.
     pub coalesce_up_to: usize,
+    /// Loop prevention (`prevent_loops`): records are marked with their
+    /// origin, and those from the target left out ([`Origins`]).
+    pub prevent_loops: bool,
+    /// The clusters' ids loop prevention uses, once both told them.
+    pub origins: tokio::sync::OnceCell<Arc<Origins>>,
     /// The generation of the mirror's group this process is in, which its
     /// commits carry ([`crate::membership`]).
     pub generation: std::sync::Mutex<Option<Generation>>,
@@ -78,6 +85,42 @@ impl Shared {
     /// The generation commits carry now.
     pub(crate) fn generation(&self) -> Option<Generation> {
         self.generation.lock().expect("generation").clone()
+    }
+
+    /// The cluster ids that loop prevention marks records with and leaves
+    /// out, asked of both clusters once; `None` when the mirror does not
+    /// prevent loops.
+    pub(crate) async fn origins(&self) -> Result<Option<Arc<Origins>>, MirrorError> {
+        if !self.prevent_loops {
+            return Ok(None);
+        }
+        let origins = self
+            .origins
+            .get_or_try_init(|| async {
+                let (source, target) = tokio::join!(self.source.metadata(), self.target.metadata());
+                let id = |cluster: &Cluster, metadata: Arc<strait_upstream::Metadata>| {
+                    metadata.cluster_id.clone().ok_or_else(|| strait_upstream::UpstreamError::Malformed {
+                        broker: cluster.name().to_owned(),
+                        api: kafka_protocol::messages::ApiKey::Metadata,
+                        detail: "the cluster gives no cluster id, which prevent_loops marks records with"
+                            .to_owned(),
+                    })
+                };
+                let source = id(&self.source, source.map_err(error::source)?).map_err(error::source)?;
+                let target = id(&self.target, target.map_err(error::target)?).map_err(error::target)?;
+                if source == target {
+                    tracing::warn!(
+                        mirror = %self.name, cluster_id = %source,
+                        "the source and the target report the same cluster id: loop prevention would leave out every record already mirrored"
+                    );
+                }
+                Ok::<_, MirrorError>(Arc::new(Origins {
+                    source: source.into_bytes().into(),
+                    target: target.into_bytes().into(),
+                }))
+            })
+            .await?;
+        Ok(Some(origins.clone()))
     }
 
     /// Counts an error of `kind` (a [`MirrorError::kind`]) for a partition.

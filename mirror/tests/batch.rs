@@ -6,9 +6,9 @@ use strait_batch::{
     self as batch, stamp_producer as stamp, BatchError, BatchHeader, Compression, RecordError,
 };
 use strait_mirror::batch::{
-    coalesce, coalesce_runs, fingerprint, made_of, AbortedTransaction, Coalesced, FetchedBatches,
+    coalesce, coalesce_runs, fingerprint, made_of, AbortedTransaction, Coalesced, FetchedBatches, Origins,
     PartitionTransformer, ProducerStamp, ReEncodeReasons, Skipped, SourceBatch, TargetBatch, TargetKind,
-    TransformError, TransformOptions, Transformed,
+    TransformError, TransformOptions, Transformed, ORIGIN_HEADER,
 };
 use support::{consumed, decode, fix_crc, marker, run, Rec, Src};
 
@@ -152,6 +152,82 @@ fn offset_gaps_are_re_encoded_with_contiguous_deltas_in_every_codec() {
                 (4242, 123, 5)
             );
         }
+    }
+}
+
+/// Loop prevention between clusters `nj` (the source) and `cq` (the
+/// target): records from nowhere else leave marked `nj`, records from `cq`
+/// stay home, records from a third cluster keep their mark.
+#[test]
+fn loop_prevention_marks_each_record_with_its_origin_and_leaves_the_targets_own_out() {
+    let origins = std::sync::Arc::new(Origins {
+        source: b"nj-cluster-id".as_slice().into(),
+        target: b"cq-cluster-id".as_slice().into(),
+    });
+    let from =
+        |rec: &mut Rec, origin: &[u8]| rec.headers.push((ORIGIN_HEADER.to_vec(), Some(origin.to_vec())));
+    for codec in CODECS {
+        // 10, 11: written on nj; 12, 14: copies of cq's records; 13: from
+        // a third cluster; 15 on nj.
+        let mut src = Src::at(&[10, 11, 12, 13, 14, 15]).codec(codec);
+        from(&mut src.records[2], b"cq-cluster-id");
+        from(&mut src.records[3], b"ny-cluster-id");
+        from(&mut src.records[4], b"cq-cluster-id");
+        let bytes = src.encode();
+        let mut t = PartitionTransformer::new(11, opts()).with_origins(Some(origins.clone()));
+        let out = transform(&mut t, &bytes).unwrap();
+        assert_eq!(out.next_offset(), 16);
+        let [target] = out.batches() else {
+            panic!("{out:?}")
+        };
+        assert_eq!(
+            target.kind(),
+            TargetKind::ReEncoded(ReEncodeReasons {
+                before_position: true,
+                origins: true,
+                ..ReEncodeReasons::default()
+            }),
+            "{codec}"
+        );
+        assert_eq!(BatchHeader::parse(target.bytes()).unwrap().compression(), codec);
+        let range = target.source();
+        assert_eq!(
+            (range.first_offset, range.last_offset, range.record_count),
+            (11, 15, 3)
+        );
+        assert_eq!(range.runs().collect::<Vec<_>>(), [(11, 1), (13, 1), (15, 1)]);
+        let marked = target.bytes().to_vec();
+        let mut expected: Vec<Rec> = [1, 3, 5].iter().map(|&i| src.records[i].clone()).collect();
+        from(&mut expected[0], b"nj-cluster-id");
+        from(&mut expected[2], b"nj-cluster-id");
+        assert_eq!(consumed(out.batches(), &expected), expected, "{codec}");
+
+        // A batch of the target's own records alone: nothing to produce.
+        let mut home = Src::at(&[16, 17]).codec(codec);
+        for rec in &mut home.records {
+            from(rec, b"cq-cluster-id");
+        }
+        let home_bytes = home.encode();
+        let out = transform(&mut t, &home_bytes).unwrap();
+        assert_eq!(
+            out,
+            Transformed::Skip {
+                reason: Skipped::FromTarget,
+                next_offset: 18
+            }
+        );
+
+        // The same batch without loop prevention passes as it is.
+        let mut plain = PartitionTransformer::new(16, opts());
+        let encoded = home.encode();
+        let out = transform(&mut plain, &encoded).unwrap();
+        assert_eq!(out.batches()[0].kind(), TargetKind::PassedThrough);
+        // Marked again, the same bytes (resumption compares them).
+        let again = PartitionTransformer::new(11, opts())
+            .with_origins(Some(origins.clone()))
+            .transform(&SourceBatch::parse(&bytes).unwrap())
+            .unwrap();
+        assert_eq!(again.batches()[0].bytes(), marked);
     }
 }
 

@@ -221,7 +221,9 @@ impl Kafka {
             }
         }
         // Format every node's directory (in parallel: each is a JVM start).
-        let cluster_id = "c3RyYWl0LXRlc3RzLWthZmthMQ"; // 22 base64 characters
+        // Each cluster an id of its own, as real ones have (loop prevention
+        // tells clusters apart by it).
+        let cluster_id = &new_cluster_id();
         std::thread::scope(|s| {
             for n in &nodes {
                 s.spawn(move || {
@@ -635,4 +637,26 @@ impl Node {
         reap_after_us(child.id(), &self.properties, owns_dir.then_some(dir));
         self.child = Some(child);
     }
+}
+
+/// A Kafka cluster id: 16 bytes, unpadded URL-safe base64 (22 characters),
+/// different for every cluster a test run starts.
+fn new_cluster_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STARTED: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let high = u64::from(std::process::id()) << 32 | STARTED.fetch_add(1, Ordering::Relaxed);
+    let bytes = [nanos.to_be_bytes(), high.to_be_bytes()].concat();
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bits = u128::from_be_bytes(bytes.try_into().expect("16 bytes"));
+    // 22 characters of 6 bits hold 132: the last character's low 4 bits are 0.
+    (0..22)
+        .map(|i| {
+            let shift: i32 = 128 - 6 * (i + 1);
+            let sextet = if shift >= 0 { bits >> shift } else { bits << -shift };
+            ALPHABET[(sextet & 63) as usize] as char
+        })
+        .collect()
 }

@@ -949,6 +949,19 @@ fn mirrors_in_opposite_directions_must_not_copy_records_back() {
         ],
     );
     assert!(message.contains("`nj.{topic}`"), "{message}");
+    assert!(message.contains("`prevent_loops: true` on both"), "{message}");
+    // Loop prevention on both: each record's origin stops it.
+    let both = parse(&two(
+        "topics: orders\nprevent_loops: true",
+        "topics: orders\nprevent_loops: true",
+    ));
+    assert!(both.mirrors.values().all(|m| m.prevent_loops));
+    // On one only: the other would still copy records back.
+    error_has(
+        &two("topics: orders\nprevent_loops: true", "topics: orders"),
+        "mirrors.nj-to-cq.topics",
+        &["would go round", "`nj-to-cq` sets it, `cq-to-nj` does not"],
+    );
     // Renamed after their origin, but each takes everything.
     error_has(
         &two(

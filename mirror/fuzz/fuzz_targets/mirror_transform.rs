@@ -7,18 +7,22 @@
 //!
 //! With flag bit 1, the target batches are then merged as `coalesce_below`
 //! does: an error or batches within the limit that hold the same records,
-//! in order.
+//! in order. With flag bit 2, loop prevention is on: every batch is
+//! re-encoded and each of its records carries an origin that is not the
+//! target.
 //!
 //! Input: 2 bytes of limit, 1 byte of position, 1 byte of flags (bit 0: an
-//! aborted transaction of producer 1000 at the position; bit 1: merge),
-//! then the records.
+//! aborted transaction of producer 1000 at the position; bit 1: merge; bit
+//! 2: loop prevention), then the records.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use strait_batch::{self as batch, BatchHeader};
+use std::sync::Arc;
+
 use strait_mirror::batch::{
-    coalesce_runs, fingerprint, AbortedTransaction, FetchedBatches, PartitionTransformer, ProducerStamp,
-    TargetBatch, TargetKind, TransformOptions,
+    coalesce_runs, fingerprint, AbortedTransaction, FetchedBatches, Origins, PartitionTransformer,
+    ProducerStamp, TargetBatch, TargetKind, TransformOptions, ORIGIN_HEADER,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -39,8 +43,14 @@ fuzz_target!(|data: &[u8]| {
     } else {
         Vec::new()
     };
-    let first = run(records, position, limit, &aborted);
-    let again = run(records, position, limit, &aborted);
+    let origins = (flags & 4 != 0).then(|| {
+        Arc::new(Origins {
+            source: b"src".as_slice().into(),
+            target: b"dst".as_slice().into(),
+        })
+    });
+    let first = run(records, position, limit, &aborted, &origins);
+    let again = run(records, position, limit, &aborted, &origins);
     assert_eq!(bytes(&first), bytes(&again), "not deterministic");
     if flags & 2 != 0 {
         merge(first, limit);
@@ -104,12 +114,13 @@ fn run<'a>(
     position: i64,
     limit: usize,
     aborted: &[AbortedTransaction],
+    origins: &Option<Arc<Origins>>,
 ) -> Vec<TargetBatch<'a>> {
     let options = TransformOptions {
         max_batch_bytes: limit,
         max_uncompressed_bytes: 1 << 20,
     };
-    let mut t = PartitionTransformer::new(position, options);
+    let mut t = PartitionTransformer::new(position, options).with_origins(origins.clone());
     t.add_aborted(aborted);
     let mut produced = Vec::new();
     let mut previous_last = position - 1;
@@ -155,12 +166,19 @@ fn run<'a>(
             match target.kind() {
                 // Passed through as fetched: a compressed one is not
                 // decoded (the source broker checked it when it took it).
-                TargetKind::PassedThrough => assert_eq!(bytes, source.bytes()),
+                TargetKind::PassedThrough => {
+                    assert!(origins.is_none(), "passed through with loop prevention");
+                    assert_eq!(bytes, source.bytes())
+                }
                 TargetKind::ReEncoded(_) => {
                     let section = batch::records_section(&stamped, 1 << 24).expect("decompresses");
                     let recs = batch::parse_raw_records(&section, h.record_count).expect("decodes");
                     for (i, r) in recs.iter().enumerate() {
                         assert_eq!(r.offset_delta, i as i64);
+                        if origins.is_some() {
+                            let origin = r.headers.get(ORIGIN_HEADER).expect("an origin");
+                            assert_ne!(origin, Some(&b"dst"[..]), "a record from the target");
+                        }
                     }
                 }
             }
