@@ -862,6 +862,19 @@ fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> Vec<
     })
 }
 
+/// Waits until the mirror's `group` has committed the source's end of
+/// every partition of `topic`: offsets up to there translate exactly.
+fn wait_committed_to_end(bootstrap: &str, group: &str, topic: &str, partitions: i32) {
+    wait_until(
+        &format!("{group} to commit the end of {topic}"),
+        Duration::from_secs(60),
+        || {
+            committed(bootstrap, group, topic, partitions)
+                == ends(bootstrap, topic).into_values().collect::<Vec<_>>()
+        },
+    );
+}
+
 /// Source retention deletes records before they were mirrored (the mirror
 /// was stopped): the next start counts them as lost and logs it, goes on
 /// from the log start, and mirrors the rest.
@@ -2100,22 +2113,8 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
         assert_eq!(out["duplicates"], 0, "{group} on the target: {out}");
         let read_then = values(&out);
         // Back to the source.
-        let back = std::process::Command::new(support::strait_bin())
-            .args(["mirror", "translate-offsets", "--config"])
-            .arg(mirror.config_path())
-            .args(["--mirror", "m", "--group", group, "--back", "--apply", "--json"])
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&back.stdout);
-        assert!(
-            back.status.success(),
-            "{stdout} {}",
-            String::from_utf8_lossy(&back.stderr)
-        );
-        let json: Value = serde_json::from_str(stdout.trim()).unwrap();
-        assert_eq!(json["groups"][0]["applied"], true, "{json}");
+        let json = translate_apply(&mirror, "m", group, true);
         for row in json["groups"][0]["partitions"].as_array().unwrap() {
-            assert_eq!(row["translation"], "exact", "{row}");
             assert_eq!(row["to_topic"], topic.as_str(), "{row}");
         }
         let rest = total - read_first.len() - read_then.len();
@@ -2160,6 +2159,142 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
     }
 }
 
+/// `strait mirror translate-offsets --apply` for `group` through `mirror`'s
+/// map (`--back` if `back`): it must apply, every partition exactly.
+/// Returns its JSON.
+fn translate_apply(process: &MirrorProc, mirror: &str, group: &str, back: bool) -> Value {
+    let out = std::process::Command::new(support::strait_bin())
+        .args(["mirror", "translate-offsets", "--config"])
+        .arg(process.config_path())
+        .args(["--mirror", mirror, "--group", group, "--apply", "--json"])
+        .args(back.then_some("--back"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(json["groups"][0]["applied"], true, "{json}");
+    for row in json["groups"][0]["partitions"].as_array().unwrap() {
+        assert_eq!(row["translation"], "exact", "{row}");
+    }
+    json
+}
+
+/// The drill with the producers moving too, as in a real datacenter
+/// failover: producers write to nj and a group reads there (the Java
+/// client); both move to cq, where the group reads the rest of nj's
+/// records (`nj.<topic>`, through `nj-to-cq`'s map) and the new ones written
+/// on cq (confluent-kafka, subscribed to both topics); then both move back,
+/// and the group's offsets go back through both maps: `nj.<topic>` to
+/// `<topic>` on nj (`--back` through `nj-to-cq`'s map) and `<topic>` on cq
+/// to `cq.<topic>` on nj (through the reverse mirror `cq-to-nj`'s own).
+/// The group reads every record of both sides exactly once.
+#[test]
+fn failing_over_and_back_with_the_producers_reads_every_record_once_through_both_maps_kafka_to_kafka() {
+    let (nj, cq, topic) = on_both("moving", 3);
+    let config = both_ways(nj, cq, |from, _| {
+        format!(
+            "    topics: \"{topic}\"\n    rename: \"{from}.{{topic}}\"\n    group: \"{topic}.{from}\"\n    session_timeout: 6s\n"
+        )
+    });
+    let mirror = MirrorProc::start(&config);
+    let group = format!("{topic}-app");
+    let (nj_copy, cq_copy) = (format!("nj.{topic}"), format!("cq.{topic}"));
+    let per_side = 1500;
+    let values = |out: &Value| -> Vec<String> {
+        assert_eq!(out["duplicates"], 0, "{out}");
+        out["records_list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[3].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let consume = |client: &str, bootstrap: &str, topics: &str, expect: usize, extra: &[&str]| {
+        let expect = expect.to_string();
+        let mut args = vec![
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topics,
+            "--group",
+            group.as_str(),
+            "--expect",
+            expect.as_str(),
+            "--records",
+        ];
+        args.extend(extra);
+        values(&run_client(client, &args))
+    };
+    // On nj: producers and the group.
+    let mut producer = background_producer_as("nj", &nj.bootstrap(), &topic, per_side, 500);
+    let first = consume("java:consume", &nj.bootstrap(), &topic, 400, &["--commit"]);
+    producer.wait(Duration::from_secs(120));
+    assert_eq!(acked(&producer), per_side, "{}", producer.describe());
+    assert_mirrored(&nj.bootstrap(), &cq.bootstrap(), &topic, &nj_copy, per_side);
+    wait_committed_to_end(&nj.bootstrap(), &format!("{topic}.nj"), &topic, 3);
+    // nj fails: the group and the producers move to cq.
+    translate_apply(&mirror, "nj-to-cq", &group, false);
+    let mut producer = background_producer_as("cq", &cq.bootstrap(), &topic, per_side, 500);
+    let left = per_side - first.len();
+    let then = consume(
+        "ck_consume.py",
+        &cq.bootstrap(),
+        &format!("{nj_copy},{topic}"),
+        left + 200,
+        &["--commit"],
+    );
+    producer.wait(Duration::from_secs(120));
+    assert_eq!(acked(&producer), per_side, "{}", producer.describe());
+    assert_mirrored(&cq.bootstrap(), &nj.bootstrap(), &topic, &cq_copy, per_side);
+    wait_committed_to_end(&cq.bootstrap(), &format!("{topic}.cq"), &topic, 3);
+    // nj is back: the group's offsets go back through both maps.
+    let json = translate_apply(&mirror, "nj-to-cq", &group, true);
+    for row in json["groups"][0]["partitions"].as_array().unwrap() {
+        assert_eq!(row["to_topic"], topic.as_str(), "{row}");
+    }
+    let json = translate_apply(&mirror, "cq-to-nj", &group, false);
+    for row in json["groups"][0]["partitions"].as_array().unwrap() {
+        assert_eq!(row["to_topic"], cq_copy.as_str(), "{row}");
+    }
+    let rest = 2 * per_side - first.len() - then.len();
+    assert!(rest > 0, "the group read everything on cq");
+    let back = consume(
+        "ck_consume.py",
+        &nj.bootstrap(),
+        &format!("{topic},{cq_copy}"),
+        rest,
+        &["--linger", "2"],
+    );
+    let mut every: Vec<String> = first.into_iter().chain(then).chain(back).collect();
+    every.sort();
+    let mut all: Vec<String> = [(&nj, &topic), (&cq, &topic)]
+        .iter()
+        .flat_map(|(kafka, t)| dump(&kafka.bootstrap(), t, per_side).into_values().flatten())
+        .map(|r| r[1].as_str().unwrap().to_owned())
+        .collect();
+    all.sort();
+    assert_eq!(all.len(), 2 * per_side);
+    assert_eq!(
+        every, all,
+        "the group read every record of both sides exactly once"
+    );
+}
+
+/// The two shared clusters, nj and cq, with a new topic of `partitions`
+/// partitions named after `prefix` on both.
+fn on_both(prefix: &str, partitions: i32) -> (&'static Kafka, &'static Kafka, String) {
+    let (nj, cq) = (Kafka::shared(), Kafka::second());
+    let topic = unique(prefix);
+    nj.create_topic(&topic, partitions, &[]);
+    cq.create_topic(&topic, partitions, &[]);
+    (nj, cq, topic)
+}
+
 /// A config of two mirrors in opposite directions between `nj` and `cq`
 /// (`nj-to-cq`, `cq-to-nj`), each with the lines `mirror(from, to)` gives.
 fn both_ways(nj: &Kafka, cq: &Kafka, mirror: impl Fn(&str, &str) -> String) -> String {
@@ -2184,11 +2319,7 @@ fn both_ways(nj: &Kafka, cq: &Kafka, mirror: impl Fn(&str, &str) -> String) -> S
 /// (no `nj.cq.<topic>`, nothing more after the producers stop).
 #[test]
 fn mirrors_both_ways_copy_each_record_once_and_never_back_kafka_to_kafka() {
-    let nj = Kafka::shared();
-    let cq = Kafka::second();
-    let topic = unique("bidi");
-    nj.create_topic(&topic, 2, &[]);
-    cq.create_topic(&topic, 2, &[]);
+    let (nj, cq, topic) = on_both("bidi", 2);
     let selects = format!("(cq\\\\.|nj\\\\.)*{topic}");
     let config = both_ways(nj, cq, |from, to| {
         format!(
@@ -2253,11 +2384,7 @@ fn mirrors_both_ways_copy_each_record_once_and_never_back_kafka_to_kafka() {
 /// and no topic grows by itself.
 #[test]
 fn mirrors_both_ways_with_the_same_names_and_loop_prevention_copy_each_record_once_kafka_to_kafka() {
-    let nj = Kafka::shared();
-    let cq = Kafka::second();
-    let topic = unique("loops");
-    nj.create_topic(&topic, 2, &[]);
-    cq.create_topic(&topic, 2, &[]);
+    let (nj, cq, topic) = on_both("loops", 2);
     let config = both_ways(nj, cq, |from, to| {
         format!(
             "    topics: \"{topic}\"\n    group: \"{topic}.{from}-to-{to}\"\n    prevent_loops: true\n    session_timeout: 6s\n"
@@ -2361,6 +2488,16 @@ fn mirrors_both_ways_with_the_same_names_and_loop_prevention_copy_each_record_on
         values(&on_cq, "cq-"),
         "cq's records on nj, in order"
     );
+    // Each mirror counts the copies it left out.
+    let metrics = mirror.get("/metrics");
+    for name in ["nj-to-cq", "cq-to-nj"] {
+        let looped = metric_sum(
+            &metrics,
+            "strait_mirror_looped_records_total",
+            &format!("mirror=\"{name}\""),
+        );
+        assert!(looped > 0.0, "{name} left out {looped} records\n{metrics}");
+    }
     // Nothing comes round later.
     std::thread::sleep(Duration::from_secs(3));
     for (side, bootstrap) in [("nj", nj.bootstrap()), ("cq", cq.bootstrap())] {

@@ -679,6 +679,8 @@ impl<'a> Transformed<'a> {
 pub struct PartitionTransformer {
     options: TransformOptions,
     origins: Option<Arc<Origins>>,
+    /// Records left out so far because the target is their origin.
+    looped: u64,
     position: i64,
     /// One past the last offset of the last batch fed (`None` before any).
     fed_to: Option<i64>,
@@ -694,6 +696,7 @@ impl PartitionTransformer {
         PartitionTransformer {
             options,
             origins: None,
+            looped: 0,
             position,
             fed_to: None,
             pending: BTreeSet::new(),
@@ -711,6 +714,11 @@ impl PartitionTransformer {
     /// mirror fetches from another offset).
     pub fn starting_at(&self, position: i64) -> Self {
         PartitionTransformer::new(position, self.options).with_origins(self.origins.clone())
+    }
+
+    /// Records left out so far because the target is their origin.
+    pub fn looped_records(&self) -> u64 {
+        self.looped
     }
 
     /// Loop prevention's cluster ids, when it is on.
@@ -795,7 +803,7 @@ impl PartitionTransformer {
     /// The target batches of a data batch that is neither aborted nor
     /// wholly before the position, or why none is left.
     fn convert<'a>(
-        &self,
+        &mut self,
         batch: &SourceBatch<'a>,
     ) -> Result<Result<Vec<TargetBatch<'a>>, Skipped>, TransformError> {
         let h = batch.header;
@@ -858,6 +866,7 @@ impl PartitionTransformer {
         if after.is_empty() {
             return Ok(Err(Skipped::BeforePosition));
         }
+        let fresh = after.len();
         let kept: Vec<Kept<'_>> = after
             .into_iter()
             .filter_map(|record| {
@@ -873,7 +882,9 @@ impl PartitionTransformer {
                 })
             })
             .collect();
+        let looped = (fresh - kept.len()) as u64;
         if kept.is_empty() {
+            self.looped += looped;
             return Ok(Err(Skipped::FromTarget));
         }
         let ratio = match &section {
@@ -889,7 +900,8 @@ impl PartitionTransformer {
                 source: SourceRange::of_offsets(kept[range.start..range.end].iter().map(|k| k.offset)),
                 last_offset_delta: (range.end - range.start - 1) as i32,
             })
-            .collect();
+            .collect::<Vec<_>>();
+        self.looped += looped;
         Ok(Ok(batches))
     }
 }

@@ -19,6 +19,7 @@
 //! | `strait_mirror_fetched_bytes_total` | counter | mirror, topic, partition | record bytes fetched from the source, those fetched twice included (overlapping fetches ahead, `staggered_polls`): what crossed the link |
 //! | `strait_mirror_batches_total` | counter | mirror, topic, partition, how | batches written: `passed_through` (the source's bytes) or `reencoded` |
 //! | `strait_mirror_lost_records_total` | counter | mirror, topic, partition | source records deleted by retention before they were mirrored |
+//! | `strait_mirror_looped_records_total` | counter | mirror, topic, partition | source records left out because the target is their origin (`prevent_loops`): copies coming back |
 //! | `strait_mirror_partition_status` | gauge | mirror, topic, partition, status | 1 for the partition's status: `starting`, `running`, `retrying`, `stopped` |
 //! | `strait_mirror_errors_total` | counter | mirror, kind | errors by kind: `source`, `target`, `source_data`, `producer_state`, `diverged`, `lost_records`, `offset_map`, `group_active` |
 //! | `strait_mirror_produce_latency_seconds` | histogram | mirror | from sending a produce to the target until its acknowledgement |
@@ -185,6 +186,7 @@ struct Families {
     fetched_bytes: IntCounterVec,
     batches: IntCounterVec,
     lost: IntCounterVec,
+    looped: IntCounterVec,
     status: GaugeVec,
 }
 
@@ -257,6 +259,11 @@ impl Families {
                 "Source records deleted by retention before they were mirrored.",
                 labels,
             ),
+            looped: counter(
+                "strait_mirror_looped_records_total",
+                "Source records left out because the target is their origin (prevent_loops).",
+                labels,
+            ),
             status: gauge(
                 "strait_mirror_partition_status",
                 "1 for the partition's current status (starting, running, retrying, stopped).",
@@ -265,7 +272,7 @@ impl Families {
         }
     }
 
-    fn collectors(&self) -> [&dyn Collector; 11] {
+    fn collectors(&self) -> [&dyn Collector; 12] {
         [
             &self.lag_records,
             &self.lag_seconds,
@@ -277,6 +284,7 @@ impl Families {
             &self.fetched_bytes,
             &self.batches,
             &self.lost,
+            &self.looped,
             &self.status,
         ]
     }
@@ -350,6 +358,9 @@ impl PartitionCollector {
             .with_label_values(&with("reencoded"))
             .inc_by(load(&c.batches_reencoded));
         f.lost.with_label_values(&labels).inc_by(load(&c.lost_records));
+        f.looped
+            .with_label_values(&labels)
+            .inc_by(load(&c.looped_records));
         let status = match state.status() {
             Status::Starting => "starting",
             Status::Running => "running",

@@ -518,6 +518,7 @@ async fn fetch_loop(
             error,
         };
         let mut outs = Vec::new();
+        let looped = transformer.looped_records();
         let (mut whole_bytes, mut whole_batches, mut first_offset, mut last_offset) = (0, 0, None, 0);
         for found in &mut batches {
             let found = found.map_err(source_data)?;
@@ -527,6 +528,10 @@ async fn fetch_loop(
             last_offset = found.last_offset();
             outs.extend(transformer.transform(&found).map_err(source_data)?.into_batches());
         }
+        PartitionState::add(
+            &state.counters.looped_records,
+            transformer.looped_records() - looped,
+        );
         if let Some(first) = first_offset {
             density.observe(whole_bytes, last_offset + 1 - first, whole_batches);
         }

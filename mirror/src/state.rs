@@ -43,6 +43,9 @@ pub struct Counters {
     pub batches_reencoded: AtomicU64,
     /// Source records deleted by retention before they were mirrored.
     pub lost_records: AtomicU64,
+    /// Source records left out because the target is their origin
+    /// (loop prevention).
+    pub looped_records: AtomicU64,
     /// Errors seen (each retry counts).
     pub errors: AtomicU64,
 }
