@@ -2488,6 +2488,24 @@ fn mirrors_both_ways_with_the_same_names_and_loop_prevention_copy_each_record_on
         values(&on_cq, "cq-"),
         "cq's records on nj, in order"
     );
+    // The restarted process found its place past the local producers'
+    // batches on each target.
+    let log = mirror.log();
+    let stepped: u64 = log
+        .lines()
+        .filter_map(|l| {
+            l.split("other_writers_batches=")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        stepped > 0,
+        "no batch of a target's own producers stepped over on resuming\n{log}"
+    );
     // Each mirror counts the copies it left out.
     let metrics = mirror.get("/metrics");
     for name in ["nj-to-cq", "cq-to-nj"] {

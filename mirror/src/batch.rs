@@ -460,6 +460,22 @@ impl Origins {
             })),
         }
     }
+
+    /// Whether the batch at the start of `batch`, read on the target, holds
+    /// a record the target's own producers wrote (without an origin, or
+    /// with the target's) or is a control batch of theirs. With names kept
+    /// both ways such batches sit among the mirror's; a batch whose records
+    /// all came from elsewhere is a mirror's. Decompresses at most `limit`
+    /// bytes.
+    pub fn written_on_target(&self, batch: &[u8], limit: usize) -> Result<bool, RecordError> {
+        let header = BatchHeader::parse(batch)?;
+        if header.is_control() {
+            return Ok(true);
+        }
+        let section = wire::records_section(batch, limit)?;
+        let records = wire::parse_raw_records(&section, header.record_count)?;
+        Ok(records.iter().any(|r| self.mark(r) != Some(None)))
+    }
 }
 
 /// How a target batch came from its source batch.

@@ -17,8 +17,10 @@
 //!   last one. A mismatch stops the partition ([`MirrorError::Diverged`]),
 //!   except with loop prevention ([`batch::Origins`]): topics that keep
 //!   their names both ways have other writers on the target (its own
-//!   producers), so a target batch that is not the next source batches is
-//!   theirs and is stepped over.
+//!   producers), so a target batch that is not the next source batches
+//!   and holds a record of theirs (no origin, or the target's) is stepped
+//!   over; one whose records all came from elsewhere is the mirror's, and
+//!   a mismatch stops the partition as before.
 //! - **Source offset only** (a source that drops commit metadata, as Tansu
 //!   0.6.0 does): the target's last batch is looked for among the batches
 //!   the source gives from C, alone or as a run of them merged
@@ -98,7 +100,6 @@ pub async fn resume(
     options: TransformOptions,
     origins: Option<Arc<Origins>>,
 ) -> Result<Resumed, MirrorError> {
-    let source = |from| SourceCursor::new(shared, state, from, options, origins);
     let acked = state.acked();
     let (source_offset, target_offset) = match acked {
         Some((s, t)) => (s, Some(t)),
@@ -117,6 +118,7 @@ pub async fn resume(
             }
         }
     };
+    let source = SourceCursor::new(shared, state, source_offset, options, origins);
     match target_offset {
         Some(t) => {
             let mut walked = walk(shared, state, source, source_offset, t).await?;
@@ -160,15 +162,15 @@ async fn first_start(shared: &Shared, state: &PartitionState) -> Result<Resumed,
     Ok(Resumed::at((start, end)))
 }
 
-/// Known point: compare the target from `t` with the source from `s`.
-async fn walk<'a>(
+/// Known point: compare the target from `t` with the source from `s`
+/// (where `source` starts).
+async fn walk(
     shared: &Shared,
     state: &PartitionState,
-    source: impl FnOnce(i64) -> SourceCursor<'a>,
+    mut source: SourceCursor<'_>,
     s: i64,
     t: i64,
 ) -> Result<Resumed, MirrorError> {
-    let mut source = source(s);
     let (mut s_next, mut t_next) = (s, t);
     let mut stepped_over = 0u64;
     let mut found_batches = Vec::new();
@@ -225,9 +227,9 @@ async fn walk<'a>(
                         error,
                     }
                 })?;
-            if !same && source.prevents_loops() {
-                // Another writer's batch: the next source batches may
-                // still follow it.
+            if !same && source.written_on_target(found)? {
+                // The target's own producers' batch (names kept both ways,
+                // loop prevention): the next source batches may follow it.
                 source.unread(run);
                 stepped_over += 1;
                 offset = found.last_offset() + 1;
@@ -268,6 +270,12 @@ async fn walk<'a>(
                     other_writers_batches = stepped_over,
                     "records after the committed position were already on the target; not sending them again"
                 );
+            } else if stepped_over > 0 {
+                tracing::info!(
+                    mirror = %shared.name, topic = %state.source_topic, partition = state.partition,
+                    committed = s, other_writers_batches = stepped_over,
+                    "only the target's own producers wrote after the committed position; resuming there"
+                );
             }
             return Ok(Resumed {
                 start: None,
@@ -279,18 +287,17 @@ async fn walk<'a>(
 }
 
 /// Source offset only: find the target's last batch among the source's
-/// batches from `s`.
-async fn align<'a>(
+/// batches from `s` (where `source` starts).
+async fn align(
     shared: &Shared,
     state: &PartitionState,
-    source: impl FnOnce(i64) -> SourceCursor<'a>,
+    mut source: SourceCursor<'_>,
     s: i64,
 ) -> Result<(i64, i64), MirrorError> {
     let (end, last) = target_tail(&shared.target, &state.target_topic, state.partition).await?;
     let Some((last, records)) = last else {
         return Ok((s, end));
     };
-    let mut source = source(s);
     let mut looking = Coalesced::matching(records, last, source.options());
     while let Some(ours) = source.next().await? {
         let source_next = ours.source().last_offset + 1;
@@ -311,13 +318,18 @@ async fn align<'a>(
 }
 
 fn fingerprint(found: SourceBatch<'_>) -> Result<Fingerprint, MirrorError> {
-    batch::fingerprint(found.bytes()).map_err(|e| MirrorError::Target {
+    batch::fingerprint(found.bytes()).map_err(|e| malformed_target(e.to_string()))
+}
+
+/// A batch read on the target that does not decode.
+fn malformed_target(detail: String) -> MirrorError {
+    MirrorError::Target {
         error: UpstreamError::Malformed {
             broker: "target".to_owned(),
             api: kafka_protocol::messages::ApiKey::Fetch,
-            detail: e.to_string(),
+            detail,
         },
-    })
+    }
 }
 
 fn diverged(state: &PartitionState, detail: String) -> MirrorError {
@@ -359,8 +371,16 @@ impl<'a> SourceCursor<'a> {
         self.transformer.options()
     }
 
-    fn prevents_loops(&self) -> bool {
-        self.transformer.origins().is_some()
+    /// Whether `found`, a batch on the target, was written there by the
+    /// target's own producers ([`Origins::written_on_target`]); never
+    /// without loop prevention.
+    fn written_on_target(&self, found: SourceBatch<'_>) -> Result<bool, MirrorError> {
+        let Some(origins) = self.transformer.origins() else {
+            return Ok(false);
+        };
+        origins
+            .written_on_target(found.bytes(), self.options().max_uncompressed_bytes)
+            .map_err(|e| malformed_target(e.to_string()))
     }
 
     /// Puts `batches` back in front, to be given again.

@@ -231,6 +231,34 @@ fn loop_prevention_marks_each_record_with_its_origin_and_leaves_the_targets_own_
     }
 }
 
+/// On resuming with names kept both ways, the target's own producers'
+/// batches are told from the mirror's by their records' origins.
+#[test]
+fn batches_of_the_targets_own_producers_are_told_from_the_mirrors() {
+    let origins = Origins {
+        source: b"nj-cluster-id".as_slice().into(),
+        target: b"cq-cluster-id".as_slice().into(),
+    };
+    let with = |marks: &[Option<&[u8]>]| {
+        let mut src = Src::at(&(0..marks.len() as i64).collect::<Vec<_>>()).codec(Compression::Lz4);
+        for (rec, origin) in src.records.iter_mut().zip(marks) {
+            if let Some(origin) = origin {
+                rec.headers.push((ORIGIN_HEADER.to_vec(), Some(origin.to_vec())));
+            }
+        }
+        origins.written_on_target(&src.encode(), 1 << 20).unwrap()
+    };
+    // Copies from nj (and from a third cluster through nj): the mirror's.
+    assert!(!with(&[Some(b"nj-cluster-id"), Some(b"ny-cluster-id")]));
+    // A record without an origin, or with the target's: a local producer's.
+    assert!(with(&[Some(b"nj-cluster-id"), None]));
+    assert!(with(&[Some(b"cq-cluster-id")]));
+    // Its transaction markers too.
+    assert!(origins.written_on_target(&marker(7, 3, false), 1 << 20).unwrap());
+    // Bytes that are not a batch are an error, not a guess.
+    assert!(origins.written_on_target(b"not a batch", 1 << 20).is_err());
+}
+
 #[test]
 fn records_before_the_position_are_dropped() {
     for codec in CODECS {
