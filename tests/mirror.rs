@@ -592,6 +592,59 @@ fn sigkill_test_with(source: &str, target: &str, topic: &str, resumed: &str, ext
     metrics
 }
 
+/// A Kafka target SIGKILLed for 15 s while the source takes 3,000 more
+/// records (issue 26): the mirror's lag in records follows the backlog
+/// within 10 % while the target is down (the source's ends are read on
+/// their own schedule), the partitions say the target is why, and once the
+/// target answers again copying goes on within seconds (the partitions
+/// probe it; their backoff had grown past that); every record once.
+#[test]
+fn lag_follows_the_backlog_through_a_kafka_target_outage_and_copying_resumes_at_once() {
+    let source = Kafka::shared();
+    let target = Kafka::start(0, &[]);
+    let topic = unique("outage");
+    source.create_topic(&topic, 2, &[]);
+    let mirror = MirrorProc::start(&config(&source.bootstrap(), &target.bootstrap(), &topic, ""));
+    produce(&source.bootstrap(), &topic, 0, 200, "lz4");
+    assert_mirrored(&source.bootstrap(), &target.bootstrap(), &topic, &topic, 200);
+    let lag = || metric_sum(&mirror.get("/metrics"), "strait_mirror_lag_records", "");
+    wait_until("lag 0", Duration::from_secs(20), || lag() == 0.0);
+
+    target.kill(1);
+    produce(&source.bootstrap(), &topic, 200, 3000, "lz4");
+    wait_until("the lag to follow the backlog", Duration::from_secs(10), || {
+        lag() >= 2700.0
+    });
+    wait_until(
+        "the partitions to say the target is down",
+        Duration::from_secs(30),
+        || {
+            let api: Value = serde_json::from_str(&mirror.get("/api/v1/mirrors")).unwrap();
+            let partitions = api["mirrors"][0]["partitions"].as_array().unwrap().clone();
+            partitions.len() == 2
+                && partitions.iter().all(|p| {
+                    p["state"] == "retrying" && p["error"].as_str().is_some_and(|e| e.starts_with("target"))
+                })
+        },
+    );
+    // Long enough for the retry backoff to grow past a few seconds.
+    std::thread::sleep(Duration::from_secs(15));
+    let during = lag();
+    assert!(
+        (2700.0..=3000.0).contains(&during),
+        "lag {during} during the outage, backlog 3000"
+    );
+
+    target.restart(1);
+    wait_until("copying to resume", Duration::from_secs(10), || lag() == 0.0);
+    assert_mirrored(&source.bootstrap(), &target.bootstrap(), &topic, &topic, 3200);
+    let log = mirror.log();
+    assert!(
+        log.contains("the cluster answers again"),
+        "the partitions did not find the target back by probing it:\n{log}"
+    );
+}
+
 /// The target broker is killed with SIGKILL and restarted mid-stream (a
 /// `strait serve` keeps its data, unlike Tansu's memory storage): the
 /// mirror retries by itself and the target ends with every record once.

@@ -231,9 +231,10 @@ pub async fn offsets(cluster: &Cluster, node: i32, group: &str) -> Result<Vec<At
 }
 
 /// Each partition's (high watermark, last stable offset), asked of its
-/// leader; the last stable offset only if `stable` (else the high
-/// watermark again). Partitions the cluster no longer has are left out.
-async fn partition_ends(
+/// leader (one ListOffsets per leader); the last stable offset only if
+/// `stable` (else the high watermark again). Partitions the cluster no
+/// longer has are left out; a leader that does not answer fails the call.
+pub async fn partition_ends(
     cluster: &Cluster,
     metadata: &strait_upstream::Metadata,
     partitions: &BTreeSet<(String, i32)>,

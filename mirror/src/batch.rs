@@ -35,7 +35,9 @@
 //!   batches, the first of which may start before X; its records below X are
 //!   already on the target;
 //! - **empty batches**, which log compaction leaves behind to keep a
-//!   producer's state: no records, nothing to produce.
+//!   producer's state: no records, nothing to produce;
+//! - with loop prevention ([`Origins`]), **records whose origin is the
+//!   target**: copies of the target's own records, coming back.
 //!
 //! # When a batch is re-encoded
 //!
@@ -65,6 +67,8 @@
 //!   ([`TransformOptions::max_batch_bytes`]) is split into batches within it.
 //!   A record that does not fit alone is an error
 //!   ([`TransformError::RecordTooLarge`]): it cannot be mirrored.
+//! - **loop prevention** ([`Origins`]): every batch, so that each record
+//!   carries its origin and the target's own are left out;
 //! - **merged**: with the mirror's `coalesce_below`, consecutive small
 //!   target batches of one fetch are merged into one ([`coalesce_runs`]),
 //!   so that a target broker appends fewer, larger batches.

@@ -164,6 +164,11 @@ pub async fn run(spec: MirrorSpec, partitions: Partitions, shutdown: watch::Rece
         };
         tokio::spawn(syncer.run(entries, shutdown.clone()));
     }
+    tokio::spawn(crate::partition::watch_ends(
+        shared.clone(),
+        partitions.clone(),
+        shutdown.clone(),
+    ));
     let mut member = Member::new(spec.source.clone(), spec.group.clone(), spec.membership);
     let mut topics: BTreeMap<String, i32> = BTreeMap::new();
     let mut owned = Owned::default();

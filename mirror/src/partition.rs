@@ -30,7 +30,7 @@
 //!   the target's producer state was lost. Errors where going on could
 //!   lose or duplicate records stop the partition.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,7 +50,7 @@ use crate::grouped;
 use crate::plan::{self, Density, MIN_FETCH_BYTES};
 use crate::resume;
 use crate::shared::{OnLost, Shared};
-use crate::state::{PartitionState, Status};
+use crate::state::{PartitionState, Partitions, Status};
 use crate::topics;
 
 /// A partition caught up whose answers bring less than this keeps a
@@ -118,6 +118,9 @@ pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>, stop: watch::R
                     backoff.reset();
                 }
                 let until = Instant::now() + backoff.next_delay();
+                // A broker out of reach is probed while the partition
+                // waits: once it answers, the partition goes on at once.
+                let away = unreachable(&shared, &state, &e);
                 loop {
                     // Lag stays live while the partition waits (the
                     // target away): the source's end, and the age of its
@@ -128,6 +131,20 @@ pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>, stop: watch::R
                     }
                     if Instant::now() >= until {
                         break;
+                    }
+                    if let Some((cluster, topic)) = away {
+                        let back = tokio::select! {
+                            back = answers(cluster, topic, state.partition) => back,
+                            _ = crate::shut_down(&mut shutdown) => return,
+                        };
+                        if back {
+                            tracing::info!(
+                                mirror = %shared.name, topic = %state.source_topic, partition = state.partition,
+                                cluster = cluster.name(), "the cluster answers again: going on"
+                            );
+                            backoff.reset();
+                            break;
+                        }
                     }
                     tokio::select! {
                         _ = tokio::time::sleep_until((Instant::now() + PEEK_INTERVAL).min(until)) => {}
@@ -141,6 +158,90 @@ pub async fn run(shared: Arc<Shared>, state: Arc<PartitionState>, stop: watch::R
 
 /// How often a partition waiting to retry reads the source's end.
 const PEEK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The cluster `error` says could not be reached (a refused or dropped
+/// connection, a request that timed out), with the partition's topic
+/// there, to probe while waiting to retry; `None` for errors a cluster
+/// answered with, which the backoff paces.
+fn unreachable<'s>(
+    shared: &'s Shared,
+    state: &'s PartitionState,
+    error: &MirrorError,
+) -> Option<(&'s Cluster, &'s str)> {
+    let (cluster, topic, error) = match error {
+        MirrorError::Source { error } => (&shared.source, &state.source_topic, error),
+        MirrorError::Target { error } | MirrorError::ProducerState { error } => {
+            (&shared.target, &state.target_topic, error)
+        }
+        _ => return None,
+    };
+    out_of_reach(error).then_some((cluster, &**topic))
+}
+
+fn out_of_reach(error: &UpstreamError) -> bool {
+    match error {
+        UpstreamError::Connect { .. }
+        | UpstreamError::Disconnected { .. }
+        | UpstreamError::TimedOut { .. }
+        | UpstreamError::NoBroker { .. } => true,
+        UpstreamError::Deadline { last, .. } => out_of_reach(last),
+        _ => false,
+    }
+}
+
+/// Whether `cluster` answers again: a connection to the leader of
+/// `topic`'s `partition` there, after its metadata if that is stale (the
+/// cluster's own backoff, at most a second per broker, paces the attempts
+/// of every partition together).
+async fn answers(cluster: &Cluster, topic: &str, partition: i32) -> bool {
+    cluster.leader(topic, partition).await.is_ok()
+}
+
+/// How often the source's end of every partition this process owns is
+/// read, whatever the partitions are doing.
+const ENDS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Reads the source's high watermark of every partition this process owns
+/// every [`ENDS_INTERVAL`] (ListOffsets, one request per leader) until
+/// `shutdown`, so that lag follows the backlog while a partition is stuck
+/// on a target that is down (its produces waiting for their timeout) or
+/// waits to retry.
+pub async fn watch_ends(shared: Arc<Shared>, partitions: Partitions, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(ENDS_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = crate::shut_down(&mut shutdown) => return,
+        }
+        tokio::select! {
+            _ = read_ends(&shared, &partitions) => {}
+            _ = crate::shut_down(&mut shutdown) => return,
+        }
+    }
+}
+
+async fn read_ends(shared: &Shared, partitions: &Partitions) {
+    let states = partitions.all();
+    if states.is_empty() {
+        return;
+    }
+    let Ok(metadata) = shared.source.metadata().await else {
+        return;
+    };
+    let wanted: BTreeSet<(String, i32)> = states
+        .iter()
+        .map(|s| (s.source_topic.to_string(), s.partition))
+        .collect();
+    let Ok(ends) = strait_lag::kafka::partition_ends(&shared.source, &metadata, &wanted, false).await else {
+        return;
+    };
+    for state in states {
+        if let Some(&(high_watermark, _)) = ends.get(&(state.source_topic.to_string(), state.partition)) {
+            state.raise_high_watermark(high_watermark);
+        }
+    }
+}
 
 /// Fetches the batch at the acknowledged position, only to learn the
 /// source's high watermark and the timestamp of the oldest record not yet

@@ -161,6 +161,15 @@ impl PartitionState {
         }
     }
 
+    /// Takes a high watermark read apart from the partition's fetches
+    /// (ListOffsets): it only raises the one known, so that a broker that
+    /// under-reports there (Tansu 0.6.0 does) never hides what the fetches
+    /// found.
+    pub fn raise_high_watermark(&self, high_watermark: i64) {
+        let mut p = self.progress();
+        p.high_watermark = p.high_watermark.max(high_watermark);
+    }
+
     /// The source's high watermark last seen, -1 before any.
     pub fn high_watermark(&self) -> i64 {
         self.progress().high_watermark

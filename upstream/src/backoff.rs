@@ -62,6 +62,16 @@ impl Backoff {
     }
 }
 
+impl Backoff {
+    /// For connecting to a broker that refuses or drops connections: 50 ms
+    /// doubling to 1 s, as the Java client's `reconnect.backoff.ms` and
+    /// `reconnect.backoff.max.ms`, so that a broker that comes back is
+    /// reached within about a second.
+    pub fn reconnect() -> Backoff {
+        Backoff::new(Duration::from_millis(50), Duration::from_secs(1))
+    }
+}
+
 impl Default for Backoff {
     /// 100 ms doubling to 10 s, as librdkafka's `retry.backoff.ms` and
     /// `retry.backoff.max.ms`.

@@ -9,8 +9,9 @@
 //! - **Connections**: one per broker, opened on first use and shared by
 //!   every caller. A connection that failed is replaced on the next use;
 //!   reconnecting to a broker that just refused waits a jittered backoff
-//!   (100 ms doubling to 10 s) and answers the failure at once meanwhile,
-//!   so callers do not queue behind a dead broker's connect timeout.
+//!   (50 ms doubling to 1 s, as the Java client's) and answers the failure
+//!   at once meanwhile, so callers do not queue behind a dead broker's
+//!   connect timeout.
 //! - **Coordinators** found with FindCoordinator are remembered per group
 //!   until [`Cluster::forget_coordinator`].
 
@@ -349,7 +350,7 @@ impl Cluster {
                 Arc::new(tokio::sync::Mutex::new(Slot {
                     connection: None,
                     failed: None,
-                    backoff: Backoff::default(),
+                    backoff: Backoff::reconnect(),
                 }))
             })
             .clone();
