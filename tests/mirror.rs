@@ -2055,14 +2055,6 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
         (format!("{topic}-java-first"), "java:consume", "ck_consume.py"),
         (format!("{topic}-ck-first"), "ck_consume.py", "java:consume"),
     ];
-    let values = |out: &Value| -> Vec<String> {
-        out["records_list"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r[3].as_str().unwrap().to_owned())
-            .collect()
-    };
     // On the source, under load.
     let mut first = Vec::new();
     for (group, client, _) in &groups {
@@ -2082,7 +2074,7 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
             ],
         );
         assert_eq!(out["duplicates"], 0, "{group}: {out}");
-        first.push(values(&out));
+        first.push(consumed_values(&out));
     }
     producer.wait(Duration::from_secs(120));
     assert_eq!(acked(&producer), total, "{}", producer.describe());
@@ -2164,7 +2156,7 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
             ],
         );
         assert_eq!(out["duplicates"], 0, "{group} on the target: {out}");
-        let read_then = values(&out);
+        let read_then = consumed_values(&out);
         // Back to the source.
         let json = translate_apply(&mirror, "m", group, true);
         for row in json["groups"][0]["partitions"].as_array().unwrap() {
@@ -2188,7 +2180,7 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
             ],
         );
         assert_eq!(out["duplicates"], 0, "{group} back on the source: {out}");
-        let read_back = values(&out);
+        let read_back = consumed_values(&out);
         let mut every: Vec<String> = read_first
             .iter()
             .chain(&read_then)
@@ -2258,15 +2250,6 @@ fn failing_over_and_back_with_the_producers_reads_every_record_once_through_both
     let group = format!("{topic}-app");
     let (nj_copy, cq_copy) = (format!("nj.{topic}"), format!("cq.{topic}"));
     let per_side = 1500;
-    let values = |out: &Value| -> Vec<String> {
-        assert_eq!(out["duplicates"], 0, "{out}");
-        out["records_list"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r[3].as_str().unwrap().to_owned())
-            .collect()
-    };
     let consume = |client: &str, bootstrap: &str, topics: &str, expect: usize, extra: &[&str]| {
         let expect = expect.to_string();
         let mut args = vec![
@@ -2281,7 +2264,9 @@ fn failing_over_and_back_with_the_producers_reads_every_record_once_through_both
             "--records",
         ];
         args.extend(extra);
-        values(&run_client(client, &args))
+        let out = run_client(client, &args);
+        assert_eq!(out["duplicates"], 0, "{out}");
+        consumed_values(&out)
     };
     // On nj: producers and the group.
     let mut producer = background_producer_as("nj", &nj.bootstrap(), &topic, per_side, 500);
@@ -2346,6 +2331,17 @@ fn on_both(prefix: &str, partitions: i32) -> (&'static Kafka, &'static Kafka, St
     nj.create_topic(&topic, partitions, &[]);
     cq.create_topic(&topic, partitions, &[]);
     (nj, cq, topic)
+}
+
+/// The values of the records a consume client's `--records` output lists,
+/// in its order.
+fn consumed_values(out: &Value) -> Vec<String> {
+    out["records_list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[3].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// A config of two mirrors in opposite directions between `nj` and `cq`
