@@ -266,7 +266,8 @@ fn protocol_garbage_and_oversized_frames_close_only_their_connection() {
     let short_peer = bad.local();
     raw::check_metadata(&good.metadata(), strait.port());
 
-    // 2. A known API (Metadata v12) whose body is 256 bytes of 0xff.
+    // 2. A known API (Metadata v12) whose body is 256 bytes of 0xff, from
+    // a client id that would forge a log line of its own.
     let mut bad = raw::Conn::open(strait.port(), "proto-garbage-ff");
     let mut header = Vec::new();
     kafka_protocol::messages::RequestHeader::default()
@@ -274,7 +275,7 @@ fn protocol_garbage_and_oversized_frames_close_only_their_connection() {
         .with_request_api_version(12)
         .with_correlation_id(78)
         .with_client_id(Some(kafka_protocol::protocol::StrBytes::from_static_str(
-            "proto-garbage-ff",
+            "proto-garbage-ff\nFORGED ERROR line",
         )))
         .encode(&mut header, ApiKey::Metadata.request_header_version(12))
         .unwrap();
@@ -335,6 +336,12 @@ fn protocol_garbage_and_oversized_frames_close_only_their_connection() {
             "{what}: {line}"
         );
     }
+    // Text from a client stays on its line, escaped.
+    assert!(
+        log.contains("FORGED") && !log.lines().any(|l| l.starts_with("FORGED")),
+        "a client id's newline split a log line\n{}",
+        log_tail(&strait)
+    );
     assert!(
         log.contains("proto-garbage-short"),
         "the truncated Produce's log line does not name its client id\n{}",

@@ -286,6 +286,46 @@ fn an_idempotent_producer_keeps_its_checks_upstream_under_the_clusters_own_produ
 }
 
 #[test]
+fn a_truncated_idempotent_batch_is_refused_as_kafka_refuses_it_and_its_producer_goes_on() {
+    let kafka = support::kafka::Kafka::shared();
+    let topic = support::unique("truncated");
+    kafka.create_topic(&topic, 1, &[]);
+    let (gateway, _dir) = in_front_of(&kafka.bootstrap());
+    let mut c = raw::Conn::open(gateway.port(), "truncating");
+    let init = raw::init_producer_id(&mut c, None);
+    assert_eq!(init.error_code, 0);
+    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+    let client_topic = format!("dc1.{topic}");
+    let first = raw::idempotent_batch(pid, epoch, 0, &["a", "b"]);
+    // Kafka 4.1 answers INVALID_RECORD to a batch cut short (not the
+    // retriable CORRUPT_MESSAGE: the client would send it again and
+    // again); so does the router, before its producer is mapped or
+    // anything is sent.
+    let mut direct = raw::Conn::open(kafka.port(), "direct");
+    let own = raw::init_producer_id(&mut direct, None);
+    let own = raw::idempotent_batch(own.producer_id.0, own.producer_epoch, 0, &["a", "b"]);
+    for cut in [1, 20, first.len() - 61] {
+        let (code, _) = direct.produce(&topic, 0, &own[..own.len() - cut], 10_000);
+        assert_eq!(code, 87, "Kafka: INVALID_RECORD for {cut} bytes short");
+        let (code, _) = c.produce(&client_topic, 0, &first[..first.len() - cut], 10_000);
+        assert_eq!(code, 87, "Strait: INVALID_RECORD for {cut} bytes short");
+    }
+    // The whole batch is the producer's first, at sequence 0.
+    assert_eq!(c.produce(&client_topic, 0, &first, 10_000), (0, 0));
+    let next = raw::idempotent_batch(pid, epoch, 2, &["c"]);
+    assert_eq!(c.produce(&client_topic, 0, &next, 10_000), (0, 2));
+    let batches = raw::batch_headers(&mut direct, &topic);
+    assert_eq!(
+        batches
+            .iter()
+            .map(|h| (h.base_sequence, h.record_count))
+            .collect::<Vec<_>>(),
+        vec![(0, 2), (2, 1)],
+        "{batches:?}"
+    );
+}
+
+#[test]
 fn a_java_producer_writes_to_two_clusters_and_a_local_topic_under_one_producer_id() {
     let dc1 = Tansu::start();
     let dc2 = Tansu::start_with(&["--cluster-id", "dc2"]);

@@ -23,7 +23,7 @@ use crate::auth::Listener;
 use crate::broker::{Broker, Identity};
 use crate::error::TopicError;
 use crate::group::{GroupConfig, GroupCoordinator, GroupError};
-use crate::router::Router;
+use crate::router::{Router, UpstreamProducers};
 use crate::server::{serve, ServerOptions};
 use crate::topics::{in_parallel, Topics};
 
@@ -359,6 +359,17 @@ impl Strait {
                     ),
                 })?
         };
+        let dir = data_dir.clone();
+        let producers = tokio::task::spawn_blocking(move || UpstreamProducers::open(&dir))
+            .await
+            .expect("reading the upstream producer map does not panic")
+            .map_err(|error| StartError::DataDir {
+                path: data_dir.clone(),
+                message: format!(
+                    "cannot read or write the upstream producer map in {}: {error}",
+                    data_dir.display()
+                ),
+            })?;
         let options = ServerOptions {
             max_connections: config.server.max_connections as usize,
             max_frame_bytes: config.server.max_frame_bytes.bytes() as usize,
@@ -389,6 +400,7 @@ impl Strait {
             config.routes(),
             config.group_routes(),
             upstream_clusters(config)?,
+            producers,
         );
         Ok(Strait {
             router: Arc::new(router),

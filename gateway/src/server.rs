@@ -121,7 +121,9 @@ pub async fn serve(
                 metrics::connection_closed(cause);
                 match why {
                     None => tracing::debug!(cause = cause.as_str(), "connection closed"),
-                    Some(why) => tracing::warn!(cause = cause.as_str(), "closing connection: {why}"),
+                    // A field, so that text from the client in it (a
+                    // client id, a name) is quoted and escaped: one line.
+                    Some(why) => tracing::warn!(cause = cause.as_str(), why = ?why, "closing connection"),
                 }
             }
             .instrument(span),

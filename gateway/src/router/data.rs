@@ -2,7 +2,6 @@
 //! merged back, each with its own rules beside the common walk (the other
 //! per-partition requests are `partitioned`'s).
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -15,10 +14,11 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use strait_upstream::UpstreamError;
 use tokio::time::Instant;
 
 use super::partitioned::ATTEMPTS;
-use super::producers::{self, ChainAt};
+use super::producers;
 use super::scatter::{by_topic, in_order, land, land_all, Item, Split, Via};
 use super::session::Session;
 use super::topic_ids::ByIds;
@@ -101,9 +101,7 @@ impl Router {
             .flat_map(|(_, flights)| flights)
             .flat_map(|f| f.unsent())
         {
-            if let Some(at) = chained.get(&(item.client.clone(), item.partition)) {
-                self.producers.failed(at);
-            }
+            chained.settle(&item.client, item.partition, false);
         }
         let version = head.version;
         Box::pin(async move {
@@ -125,13 +123,8 @@ impl Router {
             // them to the leader first, which takes them from a producer it
             // has no state for, and the failed one is then refused).
             let settled = |item: &Item<Option<Bytes>>, result: &Result<PartitionProduceResponse, _>| {
-                let Some(at) = chained.get(&(item.client.clone(), item.partition)) else {
-                    return;
-                };
-                match result {
-                    Ok(p) if p.error_code == 0 => self.producers.written(at),
-                    _ => self.producers.failed(at),
-                }
+                let written = matches!(result, Ok(p) if p.error_code == 0);
+                chained.settle(&item.client, item.partition, written);
             };
             let upstream_part = land_all(launched, attempts, deadline, &build, &find_produced, &settled);
             let (local_answer, upstream_answers) =
@@ -151,9 +144,9 @@ impl Router {
             }
             for (item, result) in upstream_answers {
                 if result.as_ref().map_or(true, |p| p.error_code != 0) {
-                    let at = chained.get(&(item.client.clone(), item.partition));
+                    let sequence = chained.base(&item.client, item.partition);
                     let code = result.as_ref().map_or(-1, |p| p.error_code);
-                    tracing::debug!(topic = %item.upstream, partition = item.partition, code, sequence = ?at.map(|(_, base)| base), "produce failed");
+                    tracing::debug!(topic = %item.upstream, partition = item.partition, code, ?sequence, "produce failed");
                 }
                 let answer = match result {
                     Ok(p) => {
@@ -195,45 +188,65 @@ impl Router {
     /// id and keep their order per producer and partition (see
     /// `producers`): a batch behind a failed one of its chain, or whose
     /// cluster gave no producer id, is answered now and not sent. Returns
-    /// the place in its chain of each batch that goes.
-    async fn chain(&self, split: &mut ProduceSplit, version: i16) -> HashMap<(String, i32), ChainAt> {
-        let mut chained: HashMap<(String, i32), ChainAt> = HashMap::new();
+    /// the place in its chain of each batch that goes, failed if dropped
+    /// before its answer was seen.
+    async fn chain(&self, split: &mut ProduceSplit, version: i16) -> producers::Unsettled<'_> {
+        let mut chained = producers::Unsettled::new(&self.producers);
+        let answer = |partition, code: i16, why: String| {
+            let mut answer = produce_error(partition, code);
+            if version >= 8 {
+                answer.error_message = Some(StrBytes::from_string(why));
+            }
+            answer
+        };
         for (c, items) in split.upstream.iter_mut() {
             let cluster = self.cluster(c);
+            // A cluster that gave no producer id gives none to this
+            // request's other partitions either (each asking would wait
+            // out the patience again).
+            let mut no_id = None;
             let mut kept = Vec::with_capacity(items.len());
             for mut item in items.drain(..) {
                 if let Some(records) = item.data.take() {
-                    let at = producers::chain_at(c, &item.upstream, item.partition, &records);
-                    if let Some(Err(failed)) = at.as_ref().map(|at| self.producers.in_order(at)) {
-                        let sequence = at.as_ref().map(|(_, base)| *base);
-                        tracing::debug!(cluster = %c, topic = %item.upstream, partition = item.partition, ?sequence, failed, "held back: an earlier batch of its producer failed");
-                        let mut answer =
-                            produce_error(item.partition, ResponseError::NotLeaderOrFollower.code());
-                        if version >= 8 {
-                            answer.error_message = Some(StrBytes::from_static_str(
-                                "an earlier batch of this producer failed: it goes first",
-                            ));
-                        }
-                        split.answers.insert((item.client, item.partition), answer);
+                    if let Err(e) = producers::whole_batches(&records) {
+                        tracing::debug!(cluster = %c, topic = %item.upstream, partition = item.partition, error = %e, "refused: not whole record batches");
+                        let why = format!("not whole record batches: {e}");
+                        let refused = answer(item.partition, ResponseError::InvalidRecord.code(), why);
+                        split.answers.insert((item.client, item.partition), refused);
                         continue;
                     }
-                    match self.producers.rewrite(cluster, records).await {
+                    let at = producers::chain_at(c, &item.upstream, item.partition, &records);
+                    if let Some(at) = &at {
+                        let node = cluster
+                            .leader_id(&item.upstream, item.partition)
+                            .await
+                            .unwrap_or(-1);
+                        if let Err(held) = self.producers.in_order(at, node) {
+                            tracing::debug!(cluster = %c, topic = %item.upstream, partition = item.partition, sequence = at.1, node, ?held, "held back");
+                            let refused = answer(
+                                item.partition,
+                                ResponseError::NotLeaderOrFollower.code(),
+                                held.why().into(),
+                            );
+                            split.answers.insert((item.client, item.partition), refused);
+                            continue;
+                        }
+                        chained.add(&item.client, item.partition, at.clone());
+                    }
+                    let rewritten = match &no_id {
+                        Some(e) => Err(UpstreamError::clone(e)),
+                        None => self.producers.rewrite(cluster, records).await,
+                    };
+                    match rewritten {
                         Ok(records) => item.data = Some(records),
                         Err(e) => {
                             tracing::debug!(cluster = %c, error = %e, "no upstream producer id");
-                            if let Some(at) = &at {
-                                self.producers.failed(at);
-                            }
-                            let mut answer = produce_error(item.partition, producer_id_code(&e));
-                            if version >= 8 {
-                                answer.error_message = Some(StrBytes::from_string(e.to_string()));
-                            }
-                            split.answers.insert((item.client, item.partition), answer);
+                            chained.settle(&item.client, item.partition, false);
+                            let refused = answer(item.partition, producer_id_code(&e), e.to_string());
+                            split.answers.insert((item.client, item.partition), refused);
+                            no_id = Some(e);
                             continue;
                         }
-                    }
-                    if let Some(at) = at {
-                        chained.insert((item.client.clone(), item.partition), at);
                     }
                 }
                 kept.push(item);

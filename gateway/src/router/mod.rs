@@ -64,7 +64,7 @@ use crate::broker::{Broker, Reply, NODE_ID};
 use crate::codec::Request;
 use crate::error::{kafka_code, Failure};
 use crate::versions;
-use producers::UpstreamProducers;
+pub use producers::UpstreamProducers;
 use session::{Session, Ticket};
 use topic_ids::client_topic_id;
 
@@ -261,12 +261,15 @@ enum Place {
 
 impl Router {
     /// A router over `broker` and the `upstreams` the routes name (by
-    /// cluster name; every cluster a route points to must be there).
+    /// cluster name; every cluster a route points to must be there), with
+    /// the map of its clients' producers to theirs on each upstream
+    /// ([`UpstreamProducers::open`] on the data directory).
     pub fn new(
         broker: Arc<Broker>,
         routes: Routes,
         groups: GroupRoutes,
         upstreams: BTreeMap<String, Cluster>,
+        producers: UpstreamProducers,
     ) -> Router {
         let routing =
             routes.destinations().iter().any(|d| d.cluster().is_some()) || groups.clusters().next().is_some();
@@ -286,7 +289,7 @@ impl Router {
             routes,
             groups,
             upstreams,
-            producers: UpstreamProducers::default(),
+            producers,
             routing,
         }
     }
