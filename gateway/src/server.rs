@@ -121,9 +121,9 @@ pub async fn serve(
                 metrics::connection_closed(cause);
                 match why {
                     None => tracing::debug!(cause = cause.as_str(), "connection closed"),
-                    // A field, so that text from the client in it (a
-                    // client id, a name) is quoted and escaped: one line.
-                    Some(why) => tracing::warn!(cause = cause.as_str(), why = ?why, "closing connection"),
+                    Some(why) => {
+                        tracing::warn!(cause = cause.as_str(), "closing connection: {}", one_line(&why))
+                    }
                 }
             }
             .instrument(span),
@@ -612,6 +612,21 @@ async fn connection<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send>(
             }
         }
     }
+}
+
+/// `text` with its control characters escaped (`\n` for a newline): text
+/// that came from a client (a client id, a name) stays on its log line
+/// and cannot forge another.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// A request's reply, counted in the metrics.
