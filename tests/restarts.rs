@@ -11,17 +11,17 @@ use serde_json::Value;
 use support::kafka::Kafka;
 use support::{spawn_client, unique, Strait};
 
-/// A Strait routing `k.` topics to `kafka` (without the prefix), other
-/// topics to its local spool; the directory holds its configuration.
-fn routed(kafka: &Kafka) -> (Strait, tempfile::TempDir) {
+/// A Strait routing `k.` topics to the cluster at `upstream` (without the
+/// prefix), other topics to its local spool, on a data directory of its
+/// own that its restarts keep; the directory holds its configuration.
+fn gateway_over(upstream: &str) -> (Strait, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("strait.yaml");
     std::fs::write(
         &path,
         format!(
-            "clusters:\n  kafka: {{ bootstrap: [\"{}\"] }}\n\
-             routes:\n  - {{ prefix: \"k.\", to: kafka, strip_prefix: true }}\n  - {{ regex: \".*\", to: local }}\n",
-            kafka.bootstrap()
+            "clusters:\n  up: {{ bootstrap: [\"{upstream}\"] }}\n\
+             routes:\n  - {{ prefix: \"k.\", to: up, strip_prefix: true }}\n  - {{ regex: \".*\", to: local }}\n"
         ),
     )
     .unwrap();
@@ -88,13 +88,19 @@ fn a_kafka_frozen_while_producer_ids_are_obtained_costs_no_record() {
     let kafka = Kafka::start(0, &[]);
     let topic = unique("frozen");
     support::create_topic("ck_admin.py", &kafka.bootstrap(), &topic, 3);
-    let (strait, _config) = routed(&kafka);
+    let (strait, _config) = gateway_over(&kafka.bootstrap());
     let mut java = java_producer(&strait.bootstrap(), &format!("k.{topic}"), 3000, 500);
     std::thread::sleep(Duration::from_millis(200));
     kafka.freeze(1, true);
     std::thread::sleep(Duration::from_secs(12));
     kafka.freeze(1, false);
     assert_delivered(&mut java, 3000, &strait);
+    // The freeze came while the producer id was asked for, not after.
+    assert!(
+        strait.log().contains("no upstream producer id"),
+        "the frozen Kafka never failed an InitProducerId:\n{}",
+        strait.log()
+    );
 }
 
 /// Each client family's idempotent producer (the scripts of
@@ -119,7 +125,7 @@ fn idempotent_producers_through_strait_to_a_kafka_just_started_deliver_every_rec
         let kafka = Kafka::start(0, &[]);
         let topic = unique("fresh");
         support::create_topic("ck_admin.py", &kafka.bootstrap(), &topic, 3);
-        let (strait, _config) = routed(&kafka);
+        let (strait, _config) = gateway_over(&kafka.bootstrap());
         let client_topic = format!("k.{topic}");
         let b = strait.bootstrap();
         let count = EACH.to_string();
@@ -174,26 +180,6 @@ fn idempotent_producers_through_strait_to_a_kafka_just_started_deliver_every_rec
             assert_eq!(mine, EACH, "run {run}: {prefix}'s records on Kafka");
         }
     }
-}
-
-/// A Strait routing `k.` topics to the cluster at `upstream`, started on
-/// a data directory of its own that its restarts keep.
-fn gateway_over(upstream: &str) -> (Strait, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("strait.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "clusters:\n  up: {{ bootstrap: [\"{upstream}\"] }}\n\
-             routes:\n  - {{ prefix: \"k.\", to: up, strip_prefix: true }}\n  - {{ regex: \".*\", to: local }}\n"
-        ),
-    )
-    .unwrap();
-    let strait = Strait::start_logging(
-        "info,strait_gateway::router=debug",
-        &["--config", path.to_str().unwrap()],
-    );
-    (strait, dir)
 }
 
 const CK_RECORDS: usize = 6_000;

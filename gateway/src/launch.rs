@@ -512,10 +512,6 @@ fn cluster_id(data_dir: &Path) -> std::io::Result<String> {
         Err(e) => return Err(e),
     }
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, format!("{id}\n"))?;
-    std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    std::fs::File::open(data_dir)?.sync_all()?;
+    crate::files::replace(&path, format!("{id}\n").as_bytes())?;
     Ok(id)
 }

@@ -16,6 +16,7 @@
 //! - [`metrics`]: the gateway's Prometheus metrics.
 //! - [`versions`]: the APIs and versions Strait advertises.
 //! - [`error`]: errors, and the one function that picks Kafka error codes.
+//! - `files`: small data-directory files replaced whole, crash-safe.
 //! - [`alloc`]: the global allocator that keeps forged array lengths in a
 //!   request from aborting the process.
 
@@ -24,6 +25,7 @@ pub mod auth;
 pub mod broker;
 pub mod codec;
 pub mod error;
+mod files;
 pub mod frame;
 pub mod group;
 pub mod launch;

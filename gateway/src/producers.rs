@@ -17,7 +17,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -180,14 +179,7 @@ impl ProducerIds {
         let (next, reserved) = *state;
         if next >= reserved {
             let limit = next + ID_BLOCK;
-            let tmp = self.path.with_extension("tmp");
-            let mut file = fs::File::create(&tmp)?;
-            file.write_all(format!("{limit}\n").as_bytes())?;
-            file.sync_all()?;
-            fs::rename(&tmp, &self.path)?;
-            if let Some(dir) = self.path.parent() {
-                fs::File::open(dir)?.sync_all()?;
-            }
+            crate::files::replace(&self.path, format!("{limit}\n").as_bytes())?;
             state.1 = limit;
         }
         state.0 = next + 1;

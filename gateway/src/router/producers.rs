@@ -301,12 +301,7 @@ impl MapFile {
         for key in &keep {
             compact.push_str(&map_line(key, &known[*key]));
         }
-        let tmp = path.with_extension("tmp");
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(compact.as_bytes())?;
-        file.sync_all()?;
-        fs::rename(&tmp, &path)?;
-        fs::File::open(dir)?.sync_all()?;
+        crate::files::replace(&path, compact.as_bytes())?;
         let known = keep.into_iter().map(|k| (k.clone(), known[k])).collect();
         let out = fs::OpenOptions::new().append(true).open(&path)?;
         Ok((
