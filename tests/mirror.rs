@@ -2050,32 +2050,44 @@ fn the_failover_drill_under_load_reads_every_record_once_kafka_to_kafka() {
         ),
     ));
     let total = 4000;
-    let mut producer = background_producer(&src, &topic, total, 800);
+    // 400 records/s, so the records are still coming for ten seconds.
+    let mut producer = background_producer(&src, &topic, total, 400);
     let groups = [
         (format!("{topic}-java-first"), "java:consume", "ck_consume.py"),
         (format!("{topic}-ck-first"), "ck_consume.py", "java:consume"),
     ];
-    // On the source, under load.
-    let mut first = Vec::new();
-    for (group, client, _) in &groups {
-        let out = run_client(
-            client,
-            &[
-                "--bootstrap",
-                &src,
-                "--topic",
-                &topic,
-                "--group",
-                group,
-                "--expect",
-                "1200",
-                "--commit",
-                "--records",
-            ],
-        );
-        assert_eq!(out["duplicates"], 0, "{group}: {out}");
-        first.push(consumed_values(&out));
-    }
+    // On the source, under load. Both groups read at once: one after the
+    // other, the second found most of the topic written and could read
+    // nearly all of it in its first fetches.
+    let first: Vec<Vec<String>> = std::thread::scope(|s| {
+        let reads: Vec<_> = groups
+            .iter()
+            .map(|(group, client, _)| {
+                let src = &src;
+                let topic = &topic;
+                s.spawn(move || {
+                    let out = run_client(
+                        client,
+                        &[
+                            "--bootstrap",
+                            src,
+                            "--topic",
+                            topic,
+                            "--group",
+                            group,
+                            "--expect",
+                            "1200",
+                            "--commit",
+                            "--records",
+                        ],
+                    );
+                    assert_eq!(out["duplicates"], 0, "{group}: {out}");
+                    consumed_values(&out)
+                })
+            })
+            .collect();
+        reads.into_iter().map(|r| r.join().unwrap()).collect()
+    });
     producer.wait(Duration::from_secs(120));
     assert_eq!(acked(&producer), total, "{}", producer.describe());
     assert_mirrored(&src, &dst, &topic, &mirrored, total);
