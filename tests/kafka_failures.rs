@@ -148,27 +148,7 @@ impl Load {
                 "debug=eos",
             ],
         );
-        let java = spawn_client(
-            "java:produce",
-            &[
-                "--bootstrap",
-                &b,
-                "--topic",
-                client_topic,
-                "--count",
-                &JAVA_RECORDS.to_string(),
-                "--rate",
-                "330",
-                "--keyed",
-                "--acks",
-                "all",
-                "--idempotent",
-                "--value-prefix",
-                "java",
-                "--timeout",
-                "100",
-            ],
-        );
+        let java = support::java_idempotent_producer(&b, client_topic, JAVA_RECORDS, 330, 100);
         Load {
             librdkafka,
             java,

@@ -41,33 +41,6 @@ fn runs() -> usize {
         .unwrap_or(1)
 }
 
-/// The Java client's idempotent producer writing `count` keyed records
-/// (`java-0`, ...) to `topic` through `bootstrap` at `rate` a second.
-fn java_producer(bootstrap: &str, topic: &str, count: usize, rate: u32) -> support::BackgroundClient {
-    let (count, rate) = (count.to_string(), rate.to_string());
-    spawn_client(
-        "java:produce",
-        &[
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            topic,
-            "--count",
-            &count,
-            "--rate",
-            &rate,
-            "--keyed",
-            "--acks",
-            "all",
-            "--idempotent",
-            "--value-prefix",
-            "java",
-            "--timeout",
-            "60",
-        ],
-    )
-}
-
 /// Waits for `client`, a producer of `tests/clients/`, and asserts that it
 /// delivered all its `count` records without an error.
 fn assert_delivered(client: &mut support::BackgroundClient, count: usize, strait: &Strait) {
@@ -89,7 +62,8 @@ fn a_kafka_frozen_while_producer_ids_are_obtained_costs_no_record() {
     let topic = unique("frozen");
     support::create_topic("ck_admin.py", &kafka.bootstrap(), &topic, 3);
     let (strait, _config) = gateway_over(&kafka.bootstrap());
-    let mut java = java_producer(&strait.bootstrap(), &format!("k.{topic}"), 3000, 500);
+    let mut java =
+        support::java_idempotent_producer(&strait.bootstrap(), &format!("k.{topic}"), 3000, 500, 60);
     std::thread::sleep(Duration::from_millis(200));
     kafka.freeze(1, true);
     std::thread::sleep(Duration::from_secs(12));
@@ -220,7 +194,7 @@ fn producers_through_restarts(
             "enable.idempotence=true",
         ],
     );
-    let mut java = java_producer(&b, &client_topic, JAVA_RECORDS, 300);
+    let mut java = support::java_idempotent_producer(&b, &client_topic, JAVA_RECORDS, 300, 60);
     let going = ck.wait_for(Duration::from_secs(60), |lines| {
         lines.iter().filter(|l| l.starts_with("ACKED")).count() >= 1_500
     });

@@ -28,6 +28,9 @@
 //!   with salted and hashed SCRAM credentials.
 //! - [`admin`]: the `admin:` section: the HTTP listener for `/metrics` and
 //!   `/healthz` ([`AdminConfig`]).
+//! - [`instances`]: the `instances:` section: several `strait serve`
+//!   processes as one logical cluster ([`InstancesConfig`]), meeting in a
+//!   group on one of `clusters`.
 //! - [`lag`]: the `lag:` section: which consumer groups Strait watches,
 //!   on which clusters, how often ([`LagConfig`]).
 //! - [`mirror`]: the `mirrors:` section: what to copy between clusters
@@ -73,6 +76,7 @@ pub mod acl;
 pub mod admin;
 pub mod cluster;
 pub mod error;
+pub mod instances;
 pub mod lag;
 pub mod mirror;
 mod names;
@@ -89,6 +93,7 @@ pub use acl::{AclConfig, Acls, NameMatch, Operation, ResourceType};
 pub use admin::AdminConfig;
 pub use cluster::ClusterConfig;
 pub use error::{ConfigError, Invalid};
+pub use instances::InstancesConfig;
 pub use lag::LagConfig;
 pub use mirror::{MirrorConfig, OnLostRecords, StartPosition};
 pub use pattern::TopicFilter;
@@ -145,6 +150,10 @@ pub struct Config {
     /// See [`AclConfig`] and the [`acl`] module.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acls: Option<Vec<AclConfig>>,
+    /// Several `strait serve` processes as one logical cluster: where they
+    /// meet. Default `null`: one instance. See [`InstancesConfig`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instances: Option<InstancesConfig>,
     /// The consumer groups whose lag Strait exports, on its spool and on
     /// every cluster under `clusters`. Default: every group, every 5 s.
     /// See [`LagConfig`].
@@ -176,6 +185,7 @@ impl Default for Config {
             routes: Vec::new(),
             groups: Vec::new(),
             acls: None,
+            instances: None,
             lag: LagConfig::default(),
         }
     }
@@ -240,6 +250,15 @@ impl Config {
         route::validate(&self.routes, &self.clusters, "routes")?;
         route::validate_groups(&self.groups, &self.clusters, "groups")?;
         self.lag.validate("lag", &self.clusters)?;
+        if let Some(instances) = &self.instances {
+            instances.validate(
+                "instances",
+                &self.clusters,
+                &self.effective_routes(),
+                !self.routes.is_empty(),
+                &self.groups,
+            )?;
+        }
         Ok(())
     }
 
@@ -284,12 +303,19 @@ impl Config {
         }
     }
 
-    /// `groups:` as given, or the default when empty.
+    /// `groups:` as given, or the default when empty: Strait coordinates
+    /// every group, or with `instances:` the cluster where they meet (its
+    /// coordinator keeps each group's generation, which every instance
+    /// then serves).
     pub fn effective_groups(&self) -> Vec<GroupRouteConfig> {
-        if self.groups.is_empty() {
-            route::default_group_routes()
-        } else {
-            self.groups.clone()
+        match (&self.instances, self.groups.is_empty()) {
+            (_, false) => self.groups.clone(),
+            (Some(instances), true) => vec![GroupRouteConfig {
+                regex: Some(".*".to_owned()),
+                to: instances.cluster.clone(),
+                ..GroupRouteConfig::default()
+            }],
+            (None, true) => route::default_group_routes(),
         }
     }
 
@@ -313,6 +339,7 @@ impl Config {
             routes: self.effective_routes(),
             groups: self.effective_groups(),
             acls: self.acls.clone(),
+            instances: self.instances.clone(),
             lag: self.lag.clone(),
         }
     }

@@ -45,7 +45,7 @@ pub enum Destination {
 }
 
 impl Destination {
-    fn parse(to: &str) -> Destination {
+    pub(crate) fn parse(to: &str) -> Destination {
         if to == RESERVED_CLUSTER {
             Destination::Local
         } else {

@@ -757,3 +757,62 @@ fn bad_listeners() {
         check_error(&yaml, path, reason);
     }
 }
+
+#[test]
+fn instances_meet_on_a_cluster_and_refuse_local_topics() {
+    let clusters = "clusters:\n  dc1: { bootstrap: [\"k1:9092\"] }\n";
+    let config = parse(&format!(
+        "{clusters}routes:\n  - {{ regex: \".*\", to: dc1 }}\ninstances: {{ cluster: dc1 }}\n"
+    ));
+    let instances = config.instances.as_ref().expect("instances");
+    assert_eq!(instances.group, instances::DEFAULT_GROUP);
+    assert_eq!(instances.producers_topic, instances::DEFAULT_PRODUCERS_TOPIC);
+    assert_eq!(Duration::from(instances.session_timeout), Duration::from_secs(6));
+    assert_eq!(config.effective().instances, config.instances);
+    // Groups go to the cluster where the instances meet.
+    let groups = config.group_routes();
+    assert_eq!(groups.resolve("any").cluster(), Some("dc1"));
+    check_error(
+        &format!(
+            "{clusters}routes:\n  - {{ regex: \".*\", to: dc1 }}\ngroups:\n  - {{ prefix: a, to: dc1 }}\n  - {{ regex: \".*\", to: local }}\ninstances: {{ cluster: dc1 }}\n"
+        ),
+        "groups[1].to",
+        "one instance's memory",
+    );
+    check_error(
+        &format!("{clusters}routes:\n  - {{ regex: \".*\", to: dc1 }}\ninstances: {{ cluster: dc2 }}\n"),
+        "instances.cluster",
+        "`dc2` is not a cluster",
+    );
+    check_error(
+        &format!(
+            "{clusters}routes:\n  - {{ prefix: \"a.\", to: dc1 }}\n  - {{ regex: \".*\", to: local }}\ninstances: {{ cluster: dc1 }}\n"
+        ),
+        "routes[1].to",
+        "local topics live on one instance's disk",
+    );
+    check_error(
+        &format!("{clusters}instances: {{ cluster: dc1 }}\n"),
+        "instances",
+        "without `routes:` every topic is local",
+    );
+    check_error(
+        &format!(
+            "{clusters}routes:\n  - {{ regex: \".*\", to: dc1 }}\ninstances: {{ cluster: dc1, session_timeout: 10m }}\n"
+        ),
+        "instances.session_timeout",
+        "between 1s and 5m",
+    );
+    check_error(
+        &format!(
+            "{clusters}routes:\n  - {{ regex: \".*\", to: dc1 }}\ninstances: {{ cluster: dc1, producers_topic: \"a b\" }}\n"
+        ),
+        "instances.producers_topic",
+        "",
+    );
+    check_error(
+        &format!("{clusters}routes:\n  - {{ regex: \".*\", to: dc1 }}\ninstances: {{ group: g }}\n"),
+        "instances",
+        "cluster",
+    );
+}

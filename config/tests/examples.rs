@@ -25,6 +25,7 @@ fn every_example_is_valid() {
         checked,
         [
             "durable.yaml",
+            "instances.yaml",
             "minimal.yaml",
             "mirror.yaml",
             "retention.yaml",
@@ -123,4 +124,15 @@ fn secure_names_its_secrets_and_listeners() {
     // Secrets print as where they are, never as what they are.
     let printed = config.to_yaml();
     assert!(printed.contains("env: NJ_PASSWORD"), "{printed}");
+}
+
+#[test]
+fn instances_meet_on_dc1_and_send_it_every_topic_and_group() {
+    let config = load("instances.yaml");
+    let instances = config.instances.as_ref().expect("instances");
+    assert_eq!(instances.cluster, "dc1");
+    assert_eq!(
+        config.group_routes().resolve("orders-readers").cluster(),
+        Some("dc1")
+    );
 }

@@ -23,6 +23,7 @@ use crate::auth::Listener;
 use crate::broker::{Broker, Identity};
 use crate::error::TopicError;
 use crate::group::{GroupConfig, GroupCoordinator, GroupError};
+use crate::instances::{self, Instance, Instances};
 use crate::router::{Router, UpstreamProducers};
 use crate::server::{serve, ServerOptions};
 use crate::topics::{in_parallel, Topics};
@@ -176,6 +177,8 @@ pub struct Strait {
     pool: Arc<IoPool>,
     listeners: Vec<(TcpListener, Arc<Listener>)>,
     options: ServerOptions,
+    /// The membership of `instances:` (how to stop it, its task).
+    membership: Option<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
 }
 
 /// A handle on each upstream cluster of `config`, by name. Nothing is
@@ -265,6 +268,16 @@ impl Strait {
                 data_dir.display()
             ),
         })?;
+        // The instances of one logical cluster show clients one cluster id,
+        // made from where they meet.
+        let cluster_id = match &config.instances {
+            Some(instances) => uuid::Uuid::from_u128(twox_hash::XxHash3_128::oneshot(
+                format!("strait instances {} {}", instances.cluster, instances.group).as_bytes(),
+            ))
+            .simple()
+            .to_string(),
+            None => cluster_id,
+        };
         // Bound now, so that a taken port is reported before the data is
         // opened; listening only once the broker can answer, so that no
         // client connects to a port that does not answer yet (before that,
@@ -340,7 +353,7 @@ impl Strait {
                 })?
         };
         let identity = Identity {
-            host,
+            host: host.clone(),
             port,
             cluster_id,
         };
@@ -359,17 +372,28 @@ impl Strait {
                     ),
                 })?
         };
-        let dir = data_dir.clone();
-        let producers = tokio::task::spawn_blocking(move || UpstreamProducers::open(&dir))
-            .await
-            .expect("reading the upstream producer map does not panic")
-            .map_err(|error| StartError::DataDir {
-                path: data_dir.clone(),
-                message: format!(
-                    "cannot read or write the upstream producer map in {}: {error}",
-                    data_dir.display()
-                ),
-            })?;
+        let upstreams = upstream_clusters(config)?;
+        // Several instances share the map in a topic; one keeps it in its
+        // data directory.
+        let producers = match &config.instances {
+            Some(settings) => UpstreamProducers::shared(
+                upstreams[&settings.cluster].clone(),
+                settings.producers_topic.clone(),
+            ),
+            None => {
+                let dir = data_dir.clone();
+                tokio::task::spawn_blocking(move || UpstreamProducers::open(&dir))
+                    .await
+                    .expect("reading the upstream producer map does not panic")
+                    .map_err(|error| StartError::DataDir {
+                        path: data_dir.clone(),
+                        message: format!(
+                            "cannot read or write the upstream producer map in {}: {error}",
+                            data_dir.display()
+                        ),
+                    })?
+            }
+        };
         let options = ServerOptions {
             max_connections: config.server.max_connections as usize,
             max_frame_bytes: config.server.max_frame_bytes.bytes() as usize,
@@ -394,19 +418,45 @@ impl Strait {
                     .map_err(|error| StartError::Bind { key, addr, error })?;
             listeners.push((socket, Arc::new(listener)));
         }
+        let addresses = listeners
+            .iter()
+            .map(|(_, l)| (l.name.clone(), l.advertised.0.clone(), l.advertised.1))
+            .collect();
+        let (instances, membership) = match &config.instances {
+            Some(settings) => {
+                let me = Instance {
+                    node: Instance::node_of(&host, port),
+                    listeners: addresses,
+                };
+                tracing::info!(node = me.node, group = %settings.group, cluster = %settings.cluster, "joining the instances' group");
+                let (stop, stopped) = tokio::sync::oneshot::channel();
+                let (view, task) =
+                    instances::join(upstreams[&settings.cluster].clone(), settings, me, stopped);
+                (view, Some((stop, task)))
+            }
+            None => (
+                Instances::alone(Instance {
+                    node: crate::broker::NODE_ID,
+                    listeners: addresses,
+                }),
+                None,
+            ),
+        };
         tracing::info!(listen = %bound, data_dir = %data_dir.display(), topics = broker.topics().all().len(), "Strait is ready");
         let router = Router::new(
             Arc::new(broker),
             config.routes(),
             config.group_routes(),
-            upstream_clusters(config)?,
+            upstreams,
             producers,
+            instances,
         );
         Ok(Strait {
             router: Arc::new(router),
             pool,
             listeners,
             options,
+            membership,
         })
     }
 
@@ -440,10 +490,26 @@ impl Strait {
             pool,
             listeners,
             options,
+            membership,
         } = self;
         let watch = tokio::spawn(watch_upstreams(router.upstreams().clone()));
+        let (leave, left) = match membership {
+            Some((stop, task)) => (Some(stop), Some(task)),
+            None => (None, None),
+        };
+        // On shutdown the instance leaves its group at once, so the others
+        // take its partitions while it finishes what is in flight.
+        let shutdown = async move {
+            shutdown.await;
+            if let Some(leave) = leave {
+                let _ = leave.send(());
+            }
+        };
         let served = serve(listeners, Arc::clone(&router), options, shutdown).await;
         watch.abort();
+        if let Some(left) = left {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), left).await;
+        }
         served?;
         // Every connection task has ended, so the router is free: close
         // every partition (sync, persist the recovery point), then stop the

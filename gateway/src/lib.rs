@@ -12,6 +12,8 @@
 //!   users file, and the gate each request passes before the router.
 //! - [`router`]: in front of the broker when `routes:` lead to upstream
 //!   clusters: splits each request by destination and merges the answers.
+//! - [`instances`]: several `strait serve` processes as one logical
+//!   cluster (`instances:`): who is alive, and what clients are shown.
 //! - [`launch`]: assembles all of it from a configuration and shuts it down.
 //! - [`metrics`]: the gateway's Prometheus metrics.
 //! - [`versions`]: the APIs and versions Strait advertises.
@@ -28,6 +30,7 @@ pub mod error;
 mod files;
 pub mod frame;
 pub mod group;
+pub mod instances;
 pub mod launch;
 pub mod metrics;
 pub mod producers;

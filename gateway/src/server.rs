@@ -28,7 +28,7 @@ use tracing::Instrument;
 
 use crate::auth::authorize::{Amend, Authorizer, Verdict};
 use crate::auth::{Admission, Listener, Login};
-use crate::broker::{Reply, NODE_ID};
+use crate::broker::Reply;
 use crate::codec::{decode_request, encode_response, peek_client_id, peek_header};
 use crate::error::{DecodeError, FrameError};
 use crate::frame::read_frame;
@@ -213,43 +213,6 @@ async fn open(
     connection(reader, writer, peer, login, router, options, read_ahead, stop).await
 }
 
-/// Sets the address of Strait's node in a Metadata, FindCoordinator or
-/// DescribeCluster answer to `advertised`: the listener the client
-/// connected to, when that is not the main one the broker answers with.
-fn advertise(body: &mut ResponseKind, advertised: &(String, u16)) {
-    let host = || kafka_protocol::protocol::StrBytes::from_string(advertised.0.clone());
-    let port = i32::from(advertised.1);
-    match body {
-        ResponseKind::Metadata(metadata) => {
-            for broker in metadata.brokers.iter_mut().filter(|b| b.node_id.0 == NODE_ID) {
-                broker.host = host();
-                broker.port = port;
-            }
-        }
-        ResponseKind::DescribeCluster(cluster) => {
-            for broker in cluster.brokers.iter_mut().filter(|b| b.broker_id.0 == NODE_ID) {
-                broker.host = host();
-                broker.port = port;
-            }
-        }
-        ResponseKind::FindCoordinator(found) => {
-            // v0-v3 answer in the top-level fields; v4 has only
-            // `coordinators`, and its top-level fields must stay empty.
-            if found.node_id.0 == NODE_ID && found.error_code == 0 && !found.host.is_empty() {
-                found.host = host();
-                found.port = port;
-            }
-            for coordinator in found.coordinators.iter_mut() {
-                if coordinator.node_id.0 == NODE_ID && coordinator.error_code == 0 {
-                    coordinator.host = host();
-                    coordinator.port = port;
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
 /// Most requests of one connection read and not yet answered. In front of
 /// a cluster a round trip away a producer needs about its request rate
 /// times the round trip in flight (librdkafka sends one Produce per
@@ -370,7 +333,6 @@ async fn connection<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send>(
     let closed = |cause: CloseCause, why: String| (cause, Some(why));
     let listener = Arc::clone(login.listener());
     // The main listener's address is the one the broker answers with.
-    let readvertise = listener.name != strait_config::MAIN_LISTENER;
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let mut client = String::new();
     let mut session = Session::new(peer);
@@ -396,9 +358,7 @@ async fn connection<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send>(
             in_flight_bytes.sub(answered.size);
             match reply {
                 Reply::Respond(mut body) => {
-                    if readvertise {
-                        advertise(&mut body, &listener.advertised);
-                    }
+                    router.instances().now().present(&mut body, &listener.name);
                     tracing::trace!(%peer, ?body, "response");
                     let sent = drive(
                         send(&mut writer, answered, *body, options),

@@ -13,33 +13,29 @@
 //! session; one that cannot reach the coordinator for a session timeout
 //! stops its partitions itself, as a Kafka consumer does.
 //!
-//! [`Member`] speaks the protocol (JoinGroup, SyncGroup, Heartbeat,
-//! LeaveGroup) on a connection of its own to the coordinator (a JoinGroup
-//! is held there for a whole rebalance).
+//! [`Member`] is the upstream crate's group member
+//! ([`strait_upstream::group`]) speaking the consumer protocol.
 
-use std::any::Any;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as AssignedPartition;
 use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition as OwnedPartition;
-use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
-use kafka_protocol::messages::leave_group_request::MemberIdentity;
-use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
-use kafka_protocol::messages::{
-    ApiKey, ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId, HeartbeatRequest,
-    JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
-use kafka_protocol::ResponseError;
-use strait_upstream::{Cluster, Connection, Throttled, UpstreamError};
+use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription, TopicName};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use strait_upstream::group::Protocol;
+pub use strait_upstream::group::{Beat, Generation, Timeouts};
+use strait_upstream::{Cluster, UpstreamError};
 
 /// The assignor's name in JoinGroup.
 pub const ASSIGNOR: &str = "strait-mirror";
-/// The group's protocol type: the consumer protocol's encoding.
-const PROTOCOL_TYPE: &str = "consumer";
+/// The group's protocol: the consumer protocol's encoding, so
+/// `kafka-consumer-groups --describe` reads it.
+const PROTOCOL: Protocol = Protocol {
+    kind: "consumer",
+    name: ASSIGNOR,
+};
 /// The consumer protocol version the member writes (1: owned partitions).
 const VERSION: i16 = 1;
 /// The newest consumer protocol version read (later ones are read as it).
@@ -52,44 +48,6 @@ const MAX_PARTITIONS: i32 = 100_000;
 
 /// A source partition: (topic, partition).
 pub type TopicPartition = (String, i32);
-
-/// Timeouts of the membership.
-#[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
-    /// How long the coordinator waits for a heartbeat before it gives the
-    /// member's partitions to the others.
-    pub session: Duration,
-    /// How long a rebalance waits for members to stop and rejoin.
-    pub rebalance: Duration,
-    /// How often the member heartbeats (and so how soon it learns of a
-    /// rebalance).
-    pub heartbeat: Duration,
-}
-
-impl Timeouts {
-    /// For a session of `session` and partitions that take up to `grace`
-    /// to stop: heartbeats every second (a third of the session when that
-    /// is shorter), so a member learns of a rebalance within one; the
-    /// rebalance waits for members to stop their partitions, and 30 s
-    /// more.
-    pub fn new(session: Duration, grace: Duration) -> Timeouts {
-        Timeouts {
-            session,
-            rebalance: grace + Duration::from_secs(30),
-            heartbeat: (session / 3).min(Duration::from_secs(1)),
-        }
-    }
-}
-
-/// A generation of the group as this member joined it: what its commits
-/// carry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Generation {
-    /// The generation id.
-    pub id: i32,
-    /// This member's id.
-    pub member: String,
-}
 
 /// What a join gave this member.
 #[derive(Debug, Clone)]
@@ -107,37 +65,16 @@ pub struct Joined {
     pub topics: BTreeMap<String, i32>,
 }
 
-/// What a heartbeat learned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Beat {
-    /// The generation goes on.
-    Stable,
-    /// The group rebalances (or this member left it): stop, then join.
-    Rebalance,
-}
-
 /// One member of a mirror's group.
 #[derive(Debug)]
-pub struct Member {
-    source: Cluster,
-    group: String,
-    timeouts: Timeouts,
-    member_id: String,
-    generation: Option<Generation>,
-    connection: Option<Connection>,
-}
+pub struct Member(strait_upstream::group::Member);
 
 impl Member {
     /// A member of `group` on `source`, not yet joined.
     pub fn new(source: Cluster, group: String, timeouts: Timeouts) -> Member {
-        Member {
-            source,
-            group,
-            timeouts,
-            member_id: String::new(),
-            generation: None,
-            connection: None,
-        }
+        Member(strait_upstream::group::Member::new(
+            source, group, PROTOCOL, timeouts,
+        ))
     }
 
     /// Joins the group and returns this member's partitions: `owned` are
@@ -149,221 +86,45 @@ impl Member {
         owned: &[TopicPartition],
         topics: &BTreeMap<String, i32>,
     ) -> Result<Joined, UpstreamError> {
-        self.generation = None;
         let subscription = encode_subscription(&Subscription {
             topics: topics.clone(),
             owned: owned.to_vec(),
         });
-        loop {
-            let connection = self.connection().await?;
-            let version = connection.version(ApiKey::JoinGroup)?;
-            let request = JoinGroupRequest::default()
-                .with_group_id(GroupId(StrBytes::from_string(self.group.clone())))
-                .with_session_timeout_ms(millis(self.timeouts.session))
-                .with_rebalance_timeout_ms(millis(self.timeouts.rebalance))
-                .with_member_id(StrBytes::from_string(self.member_id.clone()))
-                .with_protocol_type(StrBytes::from_static_str(PROTOCOL_TYPE))
-                .with_protocols(vec![JoinGroupRequestProtocol::default()
-                    .with_name(StrBytes::from_static_str(ASSIGNOR))
-                    .with_metadata(subscription.clone())]);
-            let answer = self.held(&connection, &request, version).await?;
-            match ResponseError::try_from_code(answer.error_code) {
-                None => {}
-                Some(ResponseError::MemberIdRequired) => {
-                    self.member_id = answer.member_id.to_string();
-                    continue;
-                }
-                Some(ResponseError::UnknownMemberId) => {
-                    self.member_id.clear();
-                    continue;
-                }
-                Some(ResponseError::RebalanceInProgress | ResponseError::CoordinatorLoadInProgress) => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-                Some(code) => return Err(self.error("JoinGroup", code)),
-            }
-            self.member_id = answer.member_id.to_string();
-            let generation = Generation {
-                id: answer.generation_id,
-                member: self.member_id.clone(),
-            };
-            let leader = answer.leader == answer.member_id;
-            let mut assignments = Vec::new();
-            if leader {
-                let members: BTreeMap<String, Subscription> = answer
-                    .members
+        let joined = self
+            .0
+            .join(subscription, |members| {
+                let members: BTreeMap<String, Subscription> = members
                     .iter()
-                    .map(|m| (m.member_id.to_string(), decode_subscription(&m.metadata)))
+                    .map(|(id, metadata)| (id.clone(), decode_subscription(metadata)))
                     .collect();
-                for (member, partitions) in assign(&members) {
-                    assignments.push(
-                        SyncGroupRequestAssignment::default()
-                            .with_member_id(StrBytes::from_string(member))
-                            .with_assignment(encode_assignment(&partitions)),
-                    );
-                }
-            }
-            let members = answer.members.len();
-            let version = connection.version(ApiKey::SyncGroup)?;
-            let mut request = SyncGroupRequest::default()
-                .with_group_id(GroupId(StrBytes::from_string(self.group.clone())))
-                .with_generation_id(generation.id)
-                .with_member_id(StrBytes::from_string(generation.member.clone()))
-                .with_assignments(assignments);
-            if version >= 5 {
-                request = request
-                    .with_protocol_type(Some(StrBytes::from_static_str(PROTOCOL_TYPE)))
-                    .with_protocol_name(Some(StrBytes::from_static_str(ASSIGNOR)));
-            }
-            let answer = self.held(&connection, &request, version).await?;
-            match ResponseError::try_from_code(answer.error_code) {
-                None => {}
-                Some(ResponseError::RebalanceInProgress | ResponseError::IllegalGeneration) => continue,
-                Some(ResponseError::UnknownMemberId) => {
-                    self.member_id.clear();
-                    continue;
-                }
-                Some(code) => return Err(self.error("SyncGroup", code)),
-            }
-            let assigned = decode_assignment(&answer.assignment);
-            self.generation = Some(generation.clone());
-            return Ok(Joined {
-                generation,
-                leader,
-                members: if leader { members } else { 0 },
-                assigned,
-                topics: topics.clone(),
-            });
-        }
+                assign(&members)
+                    .into_iter()
+                    .map(|(member, partitions)| (member, encode_assignment(&partitions)))
+                    .collect()
+            })
+            .await?;
+        Ok(Joined {
+            generation: joined.generation,
+            leader: joined.leader,
+            members: joined.members,
+            assigned: decode_assignment(&joined.assignment),
+            topics: topics.clone(),
+        })
     }
 
     /// Tells the coordinator this member is alive, and learns whether the
     /// group rebalances. An error is the coordinator out of reach (the
     /// caller stops its partitions once that lasts a session timeout).
     pub async fn heartbeat(&mut self) -> Result<Beat, UpstreamError> {
-        let Some(generation) = self.generation.clone() else {
-            return Ok(Beat::Rebalance);
-        };
-        let connection = self.connection().await?;
-        let request = HeartbeatRequest::default()
-            .with_group_id(GroupId(StrBytes::from_string(self.group.clone())))
-            .with_generation_id(generation.id)
-            .with_member_id(StrBytes::from_string(generation.member));
-        let answer = self.call(connection.request(&request).await)?;
-        match ResponseError::try_from_code(answer.error_code) {
-            None => Ok(Beat::Stable),
-            Some(ResponseError::RebalanceInProgress) => Ok(Beat::Rebalance),
-            Some(ResponseError::IllegalGeneration) => {
-                self.generation = None;
-                Ok(Beat::Rebalance)
-            }
-            Some(ResponseError::UnknownMemberId | ResponseError::FencedInstanceId) => {
-                self.generation = None;
-                self.member_id.clear();
-                Ok(Beat::Rebalance)
-            }
-            Some(code) => Err(self.error("Heartbeat", code)),
-        }
+        self.0.heartbeat().await
     }
 
     /// Leaves the group (after the member stopped its partitions), so the
     /// others take them at once rather than after a session timeout. Best
     /// effort: a member that cannot leave expires.
     pub async fn leave(&mut self) {
-        if self.member_id.is_empty() {
-            return;
-        }
-        let Ok(connection) = self.connection().await else {
-            return;
-        };
-        let Ok(version) = connection.version(ApiKey::LeaveGroup) else {
-            return;
-        };
-        let member = StrBytes::from_string(self.member_id.clone());
-        let mut request =
-            LeaveGroupRequest::default().with_group_id(GroupId(StrBytes::from_string(self.group.clone())));
-        if version >= 3 {
-            request = request.with_members(vec![MemberIdentity::default().with_member_id(member)]);
-        } else {
-            request = request.with_member_id(member);
-        }
-        match connection.request_at(&request, version).await {
-            Ok(answer) if answer.error_code == 0 => {
-                tracing::info!(group = %self.group, member = %self.member_id, "left the mirror's group")
-            }
-            Ok(answer) => {
-                tracing::warn!(group = %self.group, code = answer.error_code, "LeaveGroup refused; the member expires after its session timeout")
-            }
-            Err(e) => {
-                tracing::warn!(group = %self.group, error = %e, "LeaveGroup failed; the member expires after its session timeout")
-            }
-        }
-        self.generation = None;
-        self.member_id.clear();
+        self.0.leave().await
     }
-
-    async fn connection(&mut self) -> Result<Connection, UpstreamError> {
-        if let Some(connection) = &self.connection {
-            if !connection.is_failed() {
-                return Ok(connection.clone());
-            }
-        }
-        let (_, connection) = self.source.open_coordinator(&self.group).await.inspect_err(|e| {
-            if e.wants_metadata_refresh() {
-                self.source.forget_coordinator(&self.group);
-            }
-        })?;
-        self.connection = Some(connection.clone());
-        Ok(connection)
-    }
-
-    /// Sends a request the coordinator may hold for a whole rebalance
-    /// (JoinGroup, SyncGroup) and waits as long for its answer.
-    async fn held<R>(
-        &mut self,
-        connection: &Connection,
-        request: &R,
-        version: i16,
-    ) -> Result<R::Response, UpstreamError>
-    where
-        R: Request + Any,
-        R::Response: Throttled,
-    {
-        let answer = match connection.send_at(request, version).await {
-            Ok(pending) => pending.answer_after(self.timeouts.rebalance).await,
-            Err(e) => Err(e),
-        };
-        self.call(answer)
-    }
-
-    /// Passes an answer through, dropping the connection when it failed.
-    fn call<T>(&mut self, result: Result<T, UpstreamError>) -> Result<T, UpstreamError> {
-        if result.is_err() {
-            self.connection = None;
-            self.source.forget_coordinator(&self.group);
-        }
-        result
-    }
-
-    fn error(&mut self, api: &str, code: ResponseError) -> UpstreamError {
-        if matches!(
-            code,
-            ResponseError::NotCoordinator | ResponseError::CoordinatorNotAvailable
-        ) {
-            self.connection = None;
-            self.source.forget_coordinator(&self.group);
-        }
-        UpstreamError::Kafka {
-            cluster: self.source.name().to_owned(),
-            what: format!("{api} for group {}", self.group),
-            code,
-        }
-    }
-}
-
-fn millis(d: Duration) -> i32 {
-    d.as_millis().min(i32::MAX as u128) as i32
 }
 
 /// What a member tells the group: the topics it mirrors (name,

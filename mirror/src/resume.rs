@@ -33,13 +33,6 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-
-use bytes::Bytes;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{FetchRequest, ListOffsetsRequest, TopicName};
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
 use strait_upstream::{Cluster, UpstreamError};
 
 use crate::batch::{
@@ -492,69 +485,15 @@ pub(crate) async fn read(
     partition: i32,
     offset: i64,
 ) -> Result<Fetched, UpstreamError> {
-    let (_, connection) = cluster.leader(topic, partition).await?;
-    let request = FetchRequest::default()
-        .with_max_wait_ms(READ_WAIT.as_millis() as i32)
-        .with_min_bytes(0)
-        .with_max_bytes(READ_BYTES)
-        .with_isolation_level(0)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(READ_BYTES)])]);
-    let response = connection.request(&request).await?;
-    let what = || format!("Fetch {topic}-{partition} at {offset}");
-    strait_upstream::error::check(cluster.name(), what, response.error_code)?;
-    let Some(p) = response
-        .responses
-        .iter()
-        .flat_map(|t| &t.partitions)
-        .find(|p| p.partition_index == partition)
-    else {
-        return Ok(Fetched::default());
-    };
-    strait_upstream::error::check(cluster.name(), what, p.error_code)?;
+    let read = strait_upstream::log::read(cluster, topic, partition, offset, READ_WAIT, READ_BYTES).await?;
     Ok(Fetched {
-        records: p.records.clone().unwrap_or_else(Bytes::new),
-        high_watermark: p.high_watermark,
-        last_stable_offset: p.last_stable_offset,
-        log_start_offset: p.log_start_offset,
+        records: read.records,
+        high_watermark: read.high_watermark,
+        last_stable_offset: read.last_stable_offset,
+        log_start_offset: read.log_start_offset,
         aborted: Vec::new(),
     })
 }
 
-/// ListOffsets of one partition: -2 earliest, -1 latest.
-pub async fn list_offset(
-    cluster: &Cluster,
-    topic: &str,
-    partition: i32,
-    timestamp: i64,
-) -> Result<i64, UpstreamError> {
-    let (_, connection) = cluster.leader(topic, partition).await?;
-    let request = ListOffsetsRequest::default()
-        .with_replica_id((-1).into())
-        .with_isolation_level(0)
-        .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-            .with_partitions(vec![ListOffsetsPartition::default()
-                .with_partition_index(partition)
-                .with_timestamp(timestamp)])]);
-    let response = connection.request(&request).await?;
-    let found = response
-        .topics
-        .iter()
-        .flat_map(|t| &t.partitions)
-        .find(|p| p.partition_index == partition);
-    let what = || format!("ListOffsets {topic}-{partition}");
-    let Some(p) = found else {
-        return Err(UpstreamError::Kafka {
-            cluster: cluster.name().to_owned(),
-            what: what(),
-            code: ResponseError::UnknownTopicOrPartition,
-        });
-    };
-    strait_upstream::error::check(cluster.name(), what, p.error_code)?;
-    Ok(p.offset.max(0))
-}
+use kafka_protocol::ResponseError;
+pub use strait_upstream::log::list_offset;

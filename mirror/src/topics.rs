@@ -12,15 +12,14 @@
 //! that started as `delete`), so the configs go into CreateTopics itself.
 
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
 use kafka_protocol::messages::{
-    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DescribeConfigsRequest, DescribeLogDirsRequest,
-    TopicName,
+    ApiKey, CreatePartitionsRequest, DescribeConfigsRequest, DescribeLogDirsRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use strait_upstream::log::Created;
 use strait_upstream::{Cluster, UpstreamError};
 
 /// Topic configs never copied to the target: replication and placement
@@ -133,39 +132,13 @@ async fn create(
     partitions: usize,
     configs: &[(String, String)],
 ) -> Result<Ensured, UpstreamError> {
-    let connection = target.any_broker().await?;
-    let version = connection.version(ApiKey::CreateTopics)?;
-    // -1 (the broker's default replication) needs CreateTopics v4 (KIP-464).
-    let replication = if version >= 4 { -1 } else { 1 };
-    let request = CreateTopicsRequest::default()
-        .with_timeout_ms(30_000)
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-            .with_num_partitions(partitions as i32)
-            .with_replication_factor(replication)
-            .with_configs(
-                configs
-                    .iter()
-                    .map(|(name, value)| {
-                        CreatableTopicConfig::default()
-                            .with_name(StrBytes::from_string(name.clone()))
-                            .with_value(Some(StrBytes::from_string(value.clone())))
-                    })
-                    .collect(),
-            )]);
-    let response = connection.request_at(&request, version).await?;
-    target.invalidate();
-    let code = response.topics.first().map_or(0, |t| t.error_code);
-    match ResponseError::try_from_code(code) {
-        None => Ok(Ensured::Created),
-        // Created meanwhile (another mirror process, or an operator).
-        Some(ResponseError::TopicAlreadyExists) => Ok(Ensured::Existed),
-        Some(code) => Err(UpstreamError::Kafka {
-            cluster: target.name().to_owned(),
-            what: format!("CreateTopics {topic} ({partitions} partitions, configs {configs:?})"),
-            code,
-        }),
-    }
+    // Existed: created meanwhile (another mirror process, or an operator).
+    Ok(
+        match strait_upstream::log::create_topic(target, topic, partitions, configs).await? {
+            Created::Created => Ensured::Created,
+            Created::Existed => Ensured::Existed,
+        },
+    )
 }
 
 async fn add_partitions(target: &Cluster, topic: &str, partitions: usize) -> Result<(), UpstreamError> {

@@ -1532,3 +1532,37 @@ pub fn cluster(bootstrap: &str) -> strait_upstream::Cluster {
         },
     )
 }
+
+/// The Java client's idempotent producer (acks=all) writing `count` keyed
+/// records (`java-0`, ...) to `topic` through `bootstrap` at `rate` a
+/// second, giving up after `timeout_s` (its delivery timeout).
+pub fn java_idempotent_producer(
+    bootstrap: &str,
+    topic: &str,
+    count: usize,
+    rate: u32,
+    timeout_s: u32,
+) -> BackgroundClient {
+    let (count, rate, timeout) = (count.to_string(), rate.to_string(), timeout_s.to_string());
+    spawn_client(
+        "java:produce",
+        &[
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--count",
+            &count,
+            "--rate",
+            &rate,
+            "--keyed",
+            "--acks",
+            "all",
+            "--idempotent",
+            "--value-prefix",
+            "java",
+            "--timeout",
+            &timeout,
+        ],
+    )
+}

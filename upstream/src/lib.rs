@@ -21,6 +21,10 @@
 //!   message parsers; [`oauth`]: OAUTHBEARER tokens from an OAuth 2.0
 //!   token endpoint (client credentials); `stream`: plain or TLS bytes,
 //!   split for the connection's reader and writer.
+//! - [`group`]: a member of a group on a cluster (Kafka's classic group
+//!   protocol), how several Strait processes agree on who is alive.
+//! - [`log`]: a partition of Strait's own topics read and written as a
+//!   log (create, append, ends, read).
 //! - [`Backoff`]: jittered exponential backoff with deadlines for the
 //!   callers' retry loops.
 //! - [`UpstreamError`]: says which broker failed and whether a retry helps.
@@ -32,6 +36,8 @@ pub mod backoff;
 pub mod cluster;
 pub mod conn;
 pub mod error;
+pub mod group;
+pub mod log;
 pub mod metadata;
 pub mod metrics;
 pub mod oauth;

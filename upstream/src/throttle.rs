@@ -46,4 +46,5 @@ throttled!(
     CreatePartitionsResponse,
     DescribeClusterResponse,
     DeleteGroupsResponse,
+    DescribeProducersResponse,
 );

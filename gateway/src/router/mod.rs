@@ -36,6 +36,7 @@
 
 mod admin;
 pub mod consumer_protocol;
+mod coordinators;
 mod data;
 mod delegated;
 mod offsets;
@@ -43,6 +44,7 @@ mod partitioned;
 mod producers;
 mod scatter;
 pub mod session;
+mod shared_producers;
 mod topic_ids;
 
 use std::collections::{BTreeMap, HashMap};
@@ -63,6 +65,7 @@ use strait_upstream::Cluster;
 use crate::broker::{Broker, Reply, NODE_ID};
 use crate::codec::Request;
 use crate::error::{kafka_code, Failure};
+use crate::instances::Instances;
 use crate::versions;
 pub use producers::UpstreamProducers;
 use session::{Session, Ticket};
@@ -81,6 +84,8 @@ pub struct Router {
     /// Whether any route leads to an upstream (else every request goes to
     /// the local broker as it is).
     routing: bool,
+    /// The live instances (`instances:`), or this one alone.
+    instances: Instances,
 }
 
 /// APIs the router answers though the local broker does not (local topics
@@ -246,6 +251,7 @@ local_apis!(
     DeleteGroups: DeleteGroupsRequest,
     DeleteRecords: DeleteRecordsRequest,
     ListGroups: ListGroupsRequest,
+    FindCoordinator: FindCoordinatorRequest,
 );
 
 /// One topic of a request, resolved.
@@ -263,13 +269,15 @@ impl Router {
     /// A router over `broker` and the `upstreams` the routes name (by
     /// cluster name; every cluster a route points to must be there), with
     /// the map of its clients' producers to theirs on each upstream
-    /// ([`UpstreamProducers::open`] on the data directory).
+    /// ([`UpstreamProducers::open`] on the data directory) and the live
+    /// instances.
     pub fn new(
         broker: Arc<Broker>,
         routes: Routes,
         groups: GroupRoutes,
         upstreams: BTreeMap<String, Cluster>,
         producers: UpstreamProducers,
+        instances: Instances,
     ) -> Router {
         let routing =
             routes.destinations().iter().any(|d| d.cluster().is_some()) || groups.clusters().next().is_some();
@@ -291,7 +299,13 @@ impl Router {
             upstreams,
             producers,
             routing,
+            instances,
         }
+    }
+
+    /// The live instances, as clients are shown them.
+    pub fn instances(&self) -> &Instances {
+        &self.instances
     }
 
     /// The local broker.
@@ -358,6 +372,7 @@ impl Router {
             return self.local(session, &head).reply_boxed(body);
         }
         match body {
+            RequestKind::FindCoordinator(req) => self.find_coordinator(session, head, req),
             RequestKind::ApiVersions(_) => {
                 let apis = self.api_versions().await;
                 Box::pin(std::future::ready(respond(ResponseKind::ApiVersions(

@@ -56,6 +56,8 @@ use bytes::{Bytes, BytesMut};
 use strait_batch::{BatchError, BatchHeader};
 use strait_upstream::{Cluster, UpstreamError};
 use tokio::sync::OnceCell;
+
+use super::shared_producers::SharedMap;
 use tokio::time::Instant;
 
 /// Producers not seen for this long are forgotten when the map is full
@@ -76,17 +78,29 @@ const IN_FLIGHT_AT_MOST: Duration = Duration::from_secs(120);
 const CAPACITY: usize = 100_000;
 
 /// (cluster, client producer id).
-type Key = (String, i64);
+pub(super) type Key = (String, i64);
 
 /// Upstream producer ids per client producer and cluster.
 #[derive(Debug, Default)]
 pub struct UpstreamProducers {
     slots: Mutex<HashMap<Key, Slot>>,
-    /// Where the map is kept across restarts (none: in memory only).
-    file: Option<Arc<MapFile>>,
+    /// Where the map is kept across restarts.
+    store: Store,
     /// Each producer's partitions: batches in flight, and where to go on
     /// from after a failure.
     chains: Mutex<HashMap<Chain, ChainState>>,
+}
+
+/// Where the map is kept.
+#[derive(Debug, Default)]
+enum Store {
+    /// In memory only (tests).
+    #[default]
+    Memory,
+    /// In the data directory: one instance.
+    File(Arc<MapFile>),
+    /// In a topic every instance reads (`instances:`).
+    Shared(SharedMap),
 }
 
 /// (cluster, client producer id, client epoch, topic, partition).
@@ -145,10 +159,10 @@ struct Slot {
 /// A client producer's id on a cluster: the id and epoch the cluster gave,
 /// for the client epoch it was asked for.
 #[derive(Debug, Clone, Copy)]
-struct Upstream {
-    id: i64,
-    epoch: i16,
-    client_epoch: i16,
+pub(super) struct Upstream {
+    pub(super) id: i64,
+    pub(super) epoch: i16,
+    pub(super) client_epoch: i16,
 }
 
 impl Upstream {
@@ -177,9 +191,17 @@ impl UpstreamProducers {
             .collect();
         Ok(UpstreamProducers {
             slots: Mutex::new(slots),
-            file: Some(Arc::new(file)),
+            store: Store::File(Arc::new(file)),
             chains: Mutex::default(),
         })
+    }
+
+    /// The map shared by several instances, in `topic` on `cluster`.
+    pub fn shared(cluster: Cluster, topic: String) -> UpstreamProducers {
+        UpstreamProducers {
+            store: Store::Shared(SharedMap::new(cluster, topic)),
+            ..UpstreamProducers::default()
+        }
     }
 
     /// The producer id and epoch on `cluster` for the client's producer
@@ -200,33 +222,42 @@ impl UpstreamProducers {
                 .connect
                 .request_timeout
                 .min(PRODUCER_ID_PATIENCE);
-        let init = || async {
+        let make = || async {
             let (id, upstream_epoch) = cluster.init_producer_id(deadline).await?;
-            let upstream = Upstream {
+            Ok::<_, UpstreamError>(Upstream {
                 id,
                 epoch: upstream_epoch,
                 client_epoch: epoch,
-            };
-            if let Some(file) = &self.file {
-                // Kept before the first batch goes under it. A disk that
-                // refuses leaves the map in memory: producing goes on, and
-                // only a restart loses these producers' deduplication.
-                let (file, pair) = (Arc::clone(file), key.clone());
-                let kept = tokio::task::spawn_blocking(move || file.append(&pair, &upstream)).await;
-                if let Err(error) = kept.map_err(std::io::Error::other).and_then(|r| r) {
-                    tracing::error!(cluster = %key.0, producer_id, %error, "keeping an upstream producer id on disk failed");
+            })
+        };
+        // Kept before the first batch goes under it.
+        let key = &key;
+        let init = |replacing: Option<Upstream>| async move {
+            match &self.store {
+                Store::Memory => make().await,
+                Store::Shared(shared) => shared.claim(key, replacing, make).await,
+                Store::File(file) => {
+                    // A disk that refuses leaves the map in memory:
+                    // producing goes on, and only a restart loses these
+                    // producers' deduplication.
+                    let upstream = make().await?;
+                    let (file, pair) = (Arc::clone(file), key.clone());
+                    let kept = tokio::task::spawn_blocking(move || file.append(&pair, &upstream)).await;
+                    if let Err(error) = kept.map_err(std::io::Error::other).and_then(|r| r) {
+                        tracing::error!(cluster = %key.0, producer_id, %error, "keeping an upstream producer id on disk failed");
+                    }
+                    Ok(upstream)
                 }
             }
-            Ok::<_, UpstreamError>(upstream)
         };
-        let upstream = *id.get_or_try_init(init).await?;
+        let upstream = *id.get_or_try_init(|| init(None)).await?;
         if let Some(bumped) = upstream.epoch_for(epoch) {
             return Ok((upstream.id, bumped));
         }
         // Out of epochs upstream: a producer id of its own, as for a
         // client not seen before.
-        let fresh = self.slot(&key, true);
-        let upstream = *fresh.get_or_try_init(init).await?;
+        let fresh = self.slot(key, true);
+        let upstream = *fresh.get_or_try_init(|| init(Some(upstream))).await?;
         Ok((upstream.id, upstream.epoch_for(epoch).unwrap_or(upstream.epoch)))
     }
 
