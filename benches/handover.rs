@@ -109,24 +109,7 @@ fn wait_shared(mirrors: &[&MirrorProc]) -> Res<Instant> {
 /// `settled`.
 fn pauses(samples: &[(Instant, Vec<i64>)], from: Instant, settled: Instant) -> Vec<f64> {
     (0..PARTITIONS as usize)
-        .map(|p| {
-            let moved = |pair: &[(Instant, Vec<i64>)]| pair[1].1[p] > pair[0].1[p];
-            let mut last_move = samples
-                .windows(2)
-                .rfind(|pair| pair[1].0 <= from && moved(pair))
-                .map(|pair| pair[1].0)
-                .unwrap_or(from);
-            let mut worst = Duration::ZERO;
-            for pair in samples.windows(2).filter(|pair| pair[1].0 > from && moved(pair)) {
-                let t = pair[1].0;
-                worst = worst.max(t.duration_since(last_move));
-                last_move = t;
-                if t > settled {
-                    break;
-                }
-            }
-            worst.as_secs_f64()
-        })
+        .map(|p| common::standstill(samples, p, from, settled).as_secs_f64())
         .collect()
 }
 

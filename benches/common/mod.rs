@@ -998,3 +998,24 @@ pub fn read_all(consumer: &BaseConsumer<ConsumerErrors>, start: Instant, expecte
         poll_error,
     })
 }
+
+/// How long partition `p`'s end stood still at most, in `samples` (time,
+/// every partition's end) from `from` until it moved after `settled`.
+pub fn standstill(samples: &[(Instant, Vec<i64>)], p: usize, from: Instant, settled: Instant) -> Duration {
+    let moved = |pair: &[(Instant, Vec<i64>)]| pair[1].1[p] > pair[0].1[p];
+    let mut last_move = samples
+        .windows(2)
+        .rfind(|pair| pair[1].0 <= from && moved(pair))
+        .map(|pair| pair[1].0)
+        .unwrap_or(from);
+    let mut worst = Duration::ZERO;
+    for pair in samples.windows(2).filter(|pair| pair[1].0 > from && moved(pair)) {
+        let t = pair[1].0;
+        worst = worst.max(t.duration_since(last_move));
+        last_move = t;
+        if t > settled {
+            break;
+        }
+    }
+    worst
+}

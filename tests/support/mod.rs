@@ -23,6 +23,7 @@
 
 #![allow(dead_code)]
 
+pub mod instances;
 pub mod kafka;
 pub mod local;
 pub mod raw;
