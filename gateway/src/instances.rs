@@ -210,16 +210,6 @@ impl View {
         }
     }
 
-    /// This instance's node id.
-    pub fn me(&self) -> i32 {
-        self.me
-    }
-
-    /// The live instances' node ids, in order.
-    pub fn nodes(&self) -> impl Iterator<Item = i32> + '_ {
-        self.members.iter().map(|i| i.node)
-    }
-
     /// The instance `key` belongs to: the one that scores highest for it
     /// (rendezvous hashing).
     fn owner(&self, key: &[u8]) -> i32 {
@@ -363,10 +353,8 @@ impl Instances {
 
     /// This instance alone, for good (no `instances:`).
     pub fn alone(me: Instance) -> Instances {
-        let (tx, rx) = watch::channel(Arc::new(View::alone(me)));
-        // Kept alive: a receiver whose sender is gone still reads the last
-        // value, so dropping it is fine too.
-        drop(tx);
+        // The sender goes: the receiver keeps reading its one value.
+        let (_, rx) = watch::channel(Arc::new(View::alone(me)));
         Instances(rx)
     }
 }

@@ -24,7 +24,12 @@ pub fn instances(kafka: &str, group: &str, n: usize) -> (Vec<Strait>, tempfile::
     )
     .unwrap();
     let straits = (0..n)
-        .map(|_| Strait::start_logging("info", &["--config", path.to_str().unwrap()]))
+        .map(|_| {
+            Strait::start_logging(
+                &std::env::var("STRAIT_INSTANCES_LOG").unwrap_or_else(|_| "info".into()),
+                &["--config", path.to_str().unwrap()],
+            )
+        })
         .collect();
     (straits, dir)
 }

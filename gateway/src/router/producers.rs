@@ -43,7 +43,10 @@
 //! Strait restarted (SIGKILL included) goes on under the same upstream
 //! producer id and epoch, so the upstream deduplicates a batch it sends
 //! again whose answer the restart lost, and holds its sequences to the
-//! ones it already has, as a Kafka broker's restart would.
+//! ones it already has, as a Kafka broker's restart would. Several
+//! instances (`instances:`) keep it in a topic they all read instead
+//! ([`super::shared_producers`]), so a client producer has one upstream
+//! producer id per cluster whichever instance its batches go through.
 
 use std::collections::HashMap;
 use std::fs;
@@ -56,9 +59,9 @@ use bytes::{Bytes, BytesMut};
 use strait_batch::{BatchError, BatchHeader};
 use strait_upstream::{Cluster, UpstreamError};
 use tokio::sync::OnceCell;
+use tokio::time::Instant;
 
 use super::shared_producers::SharedMap;
-use tokio::time::Instant;
 
 /// Producers not seen for this long are forgotten when the map is full
 /// (Kafka's `producer.id.expiration.ms` is a day).
