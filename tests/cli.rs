@@ -565,3 +565,42 @@ fn serve_raises_the_open_files_limit_to_the_hard_limit() {
         "{limits}"
     );
 }
+
+#[test]
+fn serve_refuses_local_topics_with_several_instances_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("strait.yaml");
+    std::fs::write(
+        &file,
+        "clusters:\n  dc1: { bootstrap: [\"127.0.0.1:1\"] }\n\
+         routes:\n  - { prefix: \"a.\", to: dc1 }\n  - { regex: \".*\", to: local }\n\
+         instances: { cluster: dc1 }\n",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let (error, _) = serve_fails(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(error.contains("routes[1].to"), "{error}");
+    assert!(
+        error.contains("local topics live on one instance's disk"),
+        "{error}"
+    );
+    // Nothing was started: no data directory was made.
+    assert!(!data.exists());
+    let out = strait(&["check", "--config", file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("routes[1].to"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -2679,11 +2679,7 @@ fn three_processes_share_partitions_through_a_kill_a_join_and_a_stop_kafka_to_ka
 
     progress(&mut producer, 15_000);
     assert_eq!(first[1].stop().code(), Some(0), "{}", first[1].log());
-    assert!(
-        first[1].log().contains("left the mirror's group"),
-        "{}",
-        first[1].log()
-    );
+    assert!(first[1].log().contains("left the group"), "{}", first[1].log());
     wait_shared(&[&first[2], &joined], &topic, 32);
 
     let status = producer
