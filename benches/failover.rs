@@ -66,31 +66,16 @@ fn run() -> Res<()> {
     for (topic, txn) in [(PLAIN, false), (TXNS, true)] {
         source.create_topic(topic, PARTITIONS, &[]);
         let started = Instant::now();
-        let props = format!("bootstrap.servers={src}");
-        let records = records.to_string();
-        let mut args = vec![
-            "--topic",
-            topic,
-            "--num-records",
-            &records,
-            "--record-size",
-            "1000",
-            "--throughput",
-            "-1",
-            "--producer-props",
-            &props,
-            "acks=all",
-            "linger.ms=5",
-        ];
+        let mut props = vec!["acks=all"];
         if txn {
-            args.extend([
+            props.extend([
                 "--transactional-id",
                 "fo-bench",
                 "--transaction-duration-ms",
                 "20",
             ]);
         }
-        source.tool("org.apache.kafka.tools.ProducerPerformance", &args);
+        common::producer_performance(&source, &src, topic, (records, 1000, -1), &props)?;
         println!(
             "  {topic}: {mb} MB written in {:.1} s",
             started.elapsed().as_secs_f64()

@@ -54,20 +54,6 @@ fn main() {
 /// The target's end of every partition, as the probe saw it.
 type Samples = Arc<Mutex<Vec<(Instant, Vec<i64>)>>>;
 
-fn ends(runtime: &tokio::runtime::Runtime, cluster: &strait_upstream::Cluster) -> Option<Vec<i64>> {
-    runtime.block_on(async {
-        let mut ends = Vec::new();
-        for p in 0..PARTITIONS {
-            ends.push(
-                strait_mirror::resume::list_offset(cluster, TOPIC, p, -1)
-                    .await
-                    .ok()?,
-            );
-        }
-        Some(ends)
-    })
-}
-
 /// The partitions each of `mirrors` owns, once they share all of them
 /// evenly in one generation.
 fn shared(mirrors: &[&MirrorProc]) -> bool {
@@ -195,7 +181,7 @@ fn run() -> Res<()> {
                     .expect("a runtime");
                 let target = cluster(&dst);
                 while probing.load(std::sync::atomic::Ordering::Relaxed) {
-                    if let Some(ends) = ends(&runtime, &target) {
+                    if let Some(ends) = common::ends(&runtime, &target, TOPIC, PARTITIONS) {
                         samples.lock().expect("samples").push((Instant::now(), ends));
                     }
                     thread::sleep(Duration::from_millis(50));
@@ -249,10 +235,11 @@ fn run() -> Res<()> {
         probing.store(false, std::sync::atomic::Ordering::Relaxed);
         producer.join().map_err(|_| "the producer panicked")?;
         // Every record once: the target's ends are the source's.
-        let source_ends = ends(&runtime, &cluster(&src)).ok_or("source ends")?;
+        let source_ends = common::ends(&runtime, &cluster(&src), TOPIC, PARTITIONS).ok_or("source ends")?;
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let target_ends = ends(&runtime, &cluster(&dst)).ok_or("target ends")?;
+            let target_ends =
+                common::ends(&runtime, &cluster(&dst), TOPIC, PARTITIONS).ok_or("target ends")?;
             if target_ends == source_ends {
                 break;
             }

@@ -63,67 +63,11 @@ fn main() {
     }
 }
 
-/// Kafka's ends of every partition of `topic`.
-fn ends(
-    runtime: &tokio::runtime::Runtime,
-    kafka: &strait_upstream::Cluster,
-    topic: &str,
-    n: i32,
-) -> Option<Vec<i64>> {
-    runtime.block_on(async {
-        let mut ends = Vec::new();
-        for p in 0..n {
-            ends.push(
-                strait_upstream::log::list_offset(kafka, topic, p, -1)
-                    .await
-                    .ok()?,
-            );
-        }
-        Some(ends)
-    })
-}
-
-/// Kafka's ProducerPerformance writing `records` records of `size` bytes
-/// to `topic` through `bootstrap` at `rate` a second (-1: as fast as it
-/// goes), linger.ms 5 and `props`: the records it sent and its records/s.
-fn producer_performance(
-    kafka: &Kafka,
-    bootstrap: &str,
-    topic: &str,
-    (records, size, rate): (u64, u32, i64),
-    props: &[&str],
-) -> Res<(u64, f64)> {
-    let bootstrap = format!("bootstrap.servers={bootstrap}");
-    let (records, size, rate) = (records.to_string(), size.to_string(), rate.to_string());
-    let mut args = vec![
-        "--topic",
-        topic,
-        "--num-records",
-        &records,
-        "--record-size",
-        &size,
-        "--throughput",
-        &rate,
-        "--producer-props",
-        &bootstrap,
-        "linger.ms=5",
-    ];
-    args.extend_from_slice(props);
-    let out = kafka.tool("org.apache.kafka.tools.ProducerPerformance", &args);
-    // "200000 records sent, 51234.5 records/sec (50.03 MB/sec), ..."
-    out.lines()
-        .rev()
-        .find_map(|l| {
-            let (sent, rest) = l.split_once(" records sent, ")?;
-            Some((sent.parse().ok()?, rest.split(' ').next()?.parse().ok()?))
-        })
-        .ok_or_else(|| format!("no summary in ProducerPerformance's output: {out}"))
-}
-
 /// Records/s of 1 KiB records to `topic` through `bootstrap`, as fast as
 /// they go (acks=1).
 fn throughput(kafka: &Kafka, bootstrap: &str, topic: &str, records: u64) -> Res<f64> {
-    producer_performance(kafka, bootstrap, topic, (records, 1024, -1), &["acks=1"]).map(|(_, rate)| rate)
+    common::producer_performance(kafka, bootstrap, topic, (records, 1024, -1), &["acks=1"])
+        .map(|(_, rate)| rate)
 }
 
 /// Milliseconds from InitProducerId to the first batch of the producer id
@@ -331,7 +275,7 @@ fn run() -> Res<()> {
         let bootstrap = bootstrap_of(&three.iter().collect::<Vec<_>>());
         let (kafka, topic) = (&kafka, &topic);
         let producer = scope.spawn(move || {
-            producer_performance(
+            common::producer_performance(
                 kafka,
                 &bootstrap,
                 topic,
@@ -348,7 +292,7 @@ fn run() -> Res<()> {
                 let runtime = common::support::instances::runtime();
                 let kafka = common::support::cluster(&direct);
                 while probing.load(Ordering::Relaxed) {
-                    if let Some(ends) = ends(&runtime, &kafka, topic, MOVE_PARTITIONS) {
+                    if let Some(ends) = common::ends(&runtime, &kafka, topic, MOVE_PARTITIONS) {
                         samples.lock().expect("samples").push((Instant::now(), ends));
                     }
                     thread::sleep(Duration::from_millis(50));
@@ -415,7 +359,7 @@ fn run() -> Res<()> {
         }
         let (sent, _) = producer.join().map_err(|_| "the producer panicked")??;
         probing.store(false, Ordering::Relaxed);
-        let on_kafka: i64 = ends(&runtime, &kafka_cluster, topic, MOVE_PARTITIONS)
+        let on_kafka: i64 = common::ends(&runtime, &kafka_cluster, topic, MOVE_PARTITIONS)
             .ok_or("Kafka's ends")?
             .iter()
             .sum();

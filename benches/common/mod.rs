@@ -1019,3 +1019,60 @@ pub fn standstill(samples: &[(Instant, Vec<i64>)], p: usize, from: Instant, sett
     }
     worst
 }
+
+/// Kafka's ends of every partition of `topic`.
+pub fn ends(
+    runtime: &tokio::runtime::Runtime,
+    kafka: &strait_upstream::Cluster,
+    topic: &str,
+    n: i32,
+) -> Option<Vec<i64>> {
+    runtime.block_on(async {
+        let mut ends = Vec::new();
+        for p in 0..n {
+            ends.push(
+                strait_upstream::log::list_offset(kafka, topic, p, -1)
+                    .await
+                    .ok()?,
+            );
+        }
+        Some(ends)
+    })
+}
+
+/// Kafka's ProducerPerformance writing `records` records of `size` bytes
+/// to `topic` through `bootstrap` at `rate` a second (-1: as fast as it
+/// goes), linger.ms 5 and `props`: the records it sent and its records/s.
+pub fn producer_performance(
+    kafka: &support::kafka::Kafka,
+    bootstrap: &str,
+    topic: &str,
+    (records, size, rate): (u64, u32, i64),
+    props: &[&str],
+) -> Res<(u64, f64)> {
+    let bootstrap = format!("bootstrap.servers={bootstrap}");
+    let (records, size, rate) = (records.to_string(), size.to_string(), rate.to_string());
+    let mut args = vec![
+        "--topic",
+        topic,
+        "--num-records",
+        &records,
+        "--record-size",
+        &size,
+        "--throughput",
+        &rate,
+        "--producer-props",
+        &bootstrap,
+        "linger.ms=5",
+    ];
+    args.extend_from_slice(props);
+    let out = kafka.tool("org.apache.kafka.tools.ProducerPerformance", &args);
+    // "200000 records sent, 51234.5 records/sec (50.03 MB/sec), ..."
+    out.lines()
+        .rev()
+        .find_map(|l| {
+            let (sent, rest) = l.split_once(" records sent, ")?;
+            Some((sent.parse().ok()?, rest.split(' ').next()?.parse().ok()?))
+        })
+        .ok_or_else(|| format!("no summary in ProducerPerformance's output: {out}"))
+}

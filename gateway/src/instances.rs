@@ -255,6 +255,19 @@ impl View {
             .and_then(|i| i.address(listener))
     }
 
+    /// Every live instance that has `listener`: its node id and address
+    /// there, as answers carry them.
+    fn listed<'a>(&'a self, listener: &'a str) -> impl Iterator<Item = (BrokerId, StrBytes, i32)> + 'a {
+        self.members.iter().filter_map(move |i| {
+            let (host, port) = i.address(listener)?;
+            Some((
+                BrokerId(i.node),
+                StrBytes::from_string(host.to_owned()),
+                i32::from(port),
+            ))
+        })
+    }
+
     /// Turns an answer naming this instance as node [`NODE_ID`] into what
     /// a client of `listener` sees: Metadata lists every live instance
     /// (each at its address on that listener) and spreads leadership over
@@ -267,16 +280,12 @@ impl View {
             ResponseKind::Metadata(metadata) => {
                 if metadata.brokers.iter().any(|b| b.node_id.0 == NODE_ID) {
                     metadata.brokers = self
-                        .members
-                        .iter()
-                        .filter_map(|i| {
-                            let (host, port) = i.address(listener)?;
-                            Some(
-                                MetadataResponseBroker::default()
-                                    .with_node_id(BrokerId(i.node))
-                                    .with_host(StrBytes::from_string(host.to_owned()))
-                                    .with_port(i32::from(port)),
-                            )
+                        .listed(listener)
+                        .map(|(node, host, port)| {
+                            MetadataResponseBroker::default()
+                                .with_node_id(node)
+                                .with_host(host)
+                                .with_port(port)
                         })
                         .collect();
                 }
@@ -302,20 +311,18 @@ impl View {
             ResponseKind::DescribeCluster(cluster) => {
                 if cluster.brokers.iter().any(|b| b.broker_id.0 == NODE_ID) {
                     cluster.brokers = self
-                        .members
-                        .iter()
-                        .filter_map(|i| {
-                            let (host, port) = i.address(listener)?;
-                            Some(
-                                DescribeClusterBroker::default()
-                                    .with_broker_id(BrokerId(i.node))
-                                    .with_host(StrBytes::from_string(host.to_owned()))
-                                    .with_port(i32::from(port)),
-                            )
+                        .listed(listener)
+                        .map(|(node, host, port)| {
+                            DescribeClusterBroker::default()
+                                .with_broker_id(node)
+                                .with_host(host)
+                                .with_port(port)
                         })
                         .collect();
                 }
-                cluster.controller_id = BrokerId(node(cluster.controller_id.0));
+                if cluster.controller_id.0 == NODE_ID {
+                    cluster.controller_id = BrokerId(controller);
+                }
             }
             ResponseKind::FindCoordinator(found) => {
                 // v0-v3 answer in the top-level fields; v4 has only
